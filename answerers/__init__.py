@@ -1,0 +1,2 @@
+"""The channels shipped with askq. Each is an `worker.Answerer` found through the
+`askq.answerers` entry-point group, as a third-party channel would be."""

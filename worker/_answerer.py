@@ -1,0 +1,93 @@
+"""The extension point: a channel is an `Answerer` subclass.
+
+The runtime (`_runtime.py`) does the Redis work; an answerer only decides, shows and
+takes back questions. Answers do not have to come back through `present`: a channel
+whose answers arrive later, at another process (a Slack click, an email reply), calls
+`GroupHandle.answer` from wherever the answer lands, because the claim belongs to the
+group, not to the replica that showed the question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from ._errors import AskError, ErrorCode
+from ._models import Answers, Offer, Retraction
+
+if TYPE_CHECKING:
+    from ._seam import Seam
+
+
+class AnswererOptions(BaseModel):
+    """An answerer's own settings (its `askq worker KIND --option value` flags)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class GroupHandle:
+    """What an answerer may do on behalf of its group."""
+
+    def __init__(
+        self, seam: Seam, group: str, on_done: Callable[[str], None] | None = None
+    ) -> None:
+        self.seam = seam
+        self.name = group
+        self._on_done = on_done
+
+    def _done(self, request_id: str) -> None:
+        if self._on_done is not None:
+            self._on_done(request_id)
+
+    async def answer(self, request_id: str, answers: Any, *, by: str) -> Answers:
+        """Submit an answer; raises AskError (ALREADY_SETTLED, INVALID_REQUEST, ...)."""
+        try:
+            result = await self.seam.answer(request_id, self.name, answers, by=by)
+        except AskError as exc:
+            if exc.code is not ErrorCode.INVALID_REQUEST:
+                self._done(request_id)
+            raise
+        self._done(request_id)
+        return result
+
+    async def release(self, request_id: str) -> bool:
+        """Give the claim back (the question could not be shown, or the human passed)."""
+        self._done(request_id)
+        return await self.seam.release(request_id, self.name)
+
+
+class Answerer:
+    """Base class of every channel. Override `present`; `decide` and `retract` as needed.
+
+    `kind` names the channel (`askq worker KIND`); `Options` declares its settings.
+    """
+
+    kind: ClassVar[str] = ""
+    Options: ClassVar[type[AnswererOptions]] = AnswererOptions
+
+    group: GroupHandle
+
+    def __init__(self, options: AnswererOptions | None = None) -> None:
+        self.options = options if options is not None else self.Options()
+
+    async def start(self, group: GroupHandle) -> None:
+        """Called once before the first offer."""
+        self.group = group
+
+    async def decide(self, offer: Offer) -> bool:
+        """Accept (True) or decline (False) an offer that matched the group's scope.
+        Decisions are automatic and fast; the human comes in at `present`."""
+        return True
+
+    async def present(self, offer: Offer) -> None:
+        """Show an accepted question to humans. Return once it is shown, not answered;
+        the answer comes later through `self.group.answer`."""
+        raise NotImplementedError
+
+    async def retract(self, retraction: Retraction) -> None:
+        """A question this replica showed settled elsewhere or was cancelled."""
+
+    async def stop(self) -> None:
+        """Called once when the worker stops."""

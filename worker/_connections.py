@@ -1,0 +1,66 @@
+"""Connections: one bounded pool per process for commands, plus one dedicated
+connection per blocking loop.
+
+Why bounded: 10,000 asks pending in one process must not mean 10,000 connections. A
+pending ask holds no connection at all (it waits on a future the reply waiter
+resolves); a command borrows a pool connection for one round trip, and when all are
+busy it waits for one instead of opening another.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ._errors import AskError, ErrorCode
+from ._settings import Settings
+
+# What a lost or unreachable server raises in redis-py (OSError covers refused sockets).
+CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
+
+
+def _base_kwargs(source: Redis | None, settings: Settings) -> tuple[type, dict[str, Any]]:
+    if source is None:
+        template = ConnectionPool.from_url(settings.redis_url)
+        cls, kwargs = template.connection_class, dict(template.connection_kwargs)
+    else:
+        pool = source.connection_pool
+        cls, kwargs = pool.connection_class, dict(pool.connection_kwargs)
+    kwargs["decode_responses"] = True
+    # A failed command is reported, not silently re-sent: re-sending a blocking read or
+    # a non-idempotent script after a lost reply is exactly what must not happen here.
+    kwargs.pop("retry", None)
+    kwargs["retry_on_timeout"] = False
+    kwargs.setdefault("socket_connect_timeout", settings.socket_timeout)
+    return cls, kwargs
+
+
+def command_client(source: Redis | None, settings: Settings) -> Redis:
+    """The process's command client: at most `max_connections` connections."""
+    cls, kwargs = _base_kwargs(source, settings)
+    kwargs["socket_timeout"] = settings.socket_timeout
+    pool = BlockingConnectionPool(
+        connection_class=cls, max_connections=settings.max_connections, timeout=None, **kwargs
+    )
+    return Redis(connection_pool=pool)
+
+
+def blocking_client(source: Redis | None, settings: Settings) -> Redis:
+    """A single connection for one blocking loop (BLPOP, XREADGROUP BLOCK, XREAD BLOCK).
+
+    Its socket timeout exceeds the block time, so a long block is not mistaken for a
+    dead server, while a dead server is still noticed within one block period.
+    """
+    cls, kwargs = _base_kwargs(source, settings)
+    kwargs["socket_timeout"] = settings.block_seconds + settings.socket_timeout
+    pool = BlockingConnectionPool(connection_class=cls, max_connections=1, timeout=None, **kwargs)
+    return Redis(connection_pool=pool)
+
+
+def unavailable(settings: Settings, exc: BaseException) -> AskError:
+    return AskError(
+        ErrorCode.REDIS_UNAVAILABLE, f"cannot reach Redis at {settings.redis_url}: {exc}"
+    )

@@ -1,0 +1,88 @@
+"""The Redis key schema, all of it.
+
+Every key starts with `{prefix}` in braces: the braces make the prefix the Redis
+Cluster hash tag, so every key of a deployment lands in one slot and every script may
+touch any of them atomically (as bullmq does with `bull:{queue}:`).
+
+| key                        | type   | what                                                 |
+|----------------------------|--------|------------------------------------------------------|
+| {p}:req:<id>               | hash   | one request: state, tier, undecided/claimers, payload |
+| {p}:reply:<id>             | string | its one settlement (JSON), written once, then expires |
+| {p}:inbox:<process>        | list   | ids settled for callers in that process (wake-ups)  |
+| {p}:pending                | zset   | unsettled request ids by creation time (status)     |
+| {p}:turn:<turn>            | set    | unsettled request ids of a turn                     |
+| {p}:aborted:<turn>         | string | the durable abort mark of a turn                    |
+| {p}:agent:<agent>          | string | live agent -> its owner ("" for a root); TTL        |
+| {p}:groups                 | hash   | answerer group -> priority (the waterfall layout)   |
+| {p}:groupinfo              | hash   | answerer group -> JSON (kind, scope selector)       |
+| {p}:live                   | zset   | answerer group -> ms until which it is live         |
+| {p}:consumers:<group>      | zset   | replica -> ms until which it is live                |
+| {p}:tier:<priority>        | stream | offers to the groups of that priority               |
+| {p}:events                 | stream | settlements and fall-throughs (answerers retract)   |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "askq"
+
+    @property
+    def base(self) -> str:
+        return "{" + self.prefix + "}"
+
+    def request(self, request_id: str) -> str:
+        return f"{self.base}:req:{request_id}"
+
+    def reply(self, request_id: str) -> str:
+        return f"{self.base}:reply:{request_id}"
+
+    def inbox(self, process_id: str) -> str:
+        return f"{self.base}:inbox:{process_id}"
+
+    @property
+    def pending(self) -> str:
+        return f"{self.base}:pending"
+
+    def turn(self, turn_id: str) -> str:
+        return f"{self.base}:turn:{turn_id}"
+
+    def aborted(self, turn_id: str) -> str:
+        return f"{self.base}:aborted:{turn_id}"
+
+    def agent(self, agent_id: str) -> str:
+        return f"{self.base}:agent:{agent_id}"
+
+    @property
+    def groups(self) -> str:
+        return f"{self.base}:groups"
+
+    @property
+    def group_info(self) -> str:
+        return f"{self.base}:groupinfo"
+
+    @property
+    def live(self) -> str:
+        return f"{self.base}:live"
+
+    def consumers(self, group: str) -> str:
+        return f"{self.base}:consumers:{group}"
+
+    @property
+    def tier_prefix(self) -> str:
+        return f"{self.base}:tier:"
+
+    def tier(self, priority: int) -> str:
+        return f"{self.tier_prefix}{priority}"
+
+    @property
+    def events(self) -> str:
+        return f"{self.base}:events"
+
+    @property
+    def pattern(self) -> str:
+        """Matches every key of this prefix (for cleanup and key counts)."""
+        return f"{self.base}:*"

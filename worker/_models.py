@@ -1,0 +1,276 @@
+"""The contract in one place: what the model sends, what it gets back, who is asking,
+and what answerers see.
+
+Field validation (types, lengths, counts) is pydantic's; the cross-field rules (unique
+ids and labels, answers that fit their questions) are checked here by hand so every
+violation can name its exact path, e.g. `questions[1].options[2].label`.
+"""
+
+from __future__ import annotations
+
+import json
+from fnmatch import fnmatchcase
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ._errors import AskError, ErrorCode
+
+# Documented limits (README, "Limits"). They keep a question readable on every channel
+# (a Slack section block holds 3,000 characters) and a request small in Redis.
+MAX_QUESTIONS = 8
+MAX_OPTIONS = 10
+MAX_ID = 64
+MAX_HEADER = 40
+MAX_QUESTION = 2000
+MAX_LABEL = 120
+MAX_DESCRIPTION = 500
+MAX_CUSTOM = 4000
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+RECOMMENDED_SUFFIX = " (Recommended)"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class Option(_Strict):
+    label: str = Field(
+        min_length=1,
+        max_length=MAX_LABEL,
+        description="What the user picks; echoed verbatim in `selected`.",
+    )
+    description: str = Field(
+        default="", max_length=MAX_DESCRIPTION, description="What choosing it means."
+    )
+
+
+class Question(_Strict):
+    id: str = Field(
+        min_length=1,
+        max_length=MAX_ID,
+        pattern=ID_PATTERN,
+        description="Stable id, echoed verbatim in the answer.",
+    )
+    question: str = Field(min_length=1, max_length=MAX_QUESTION, description="The prompt.")
+    header: str = Field(
+        min_length=1, max_length=MAX_HEADER, description="A short chip label, e.g. 'Confirm'."
+    )
+    options: list[Option] = Field(
+        default_factory=list,
+        max_length=MAX_OPTIONS,
+        description="Choices, recommended first with ' (Recommended)' at the end of its"
+        " label. Leave empty for a free-text question.",
+    )
+    multi_select: bool = Field(
+        default=False, alias="multiSelect", description="Allow choosing several options."
+    )
+
+    @property
+    def labels(self) -> list[str]:
+        return [o.label for o in self.options]
+
+    @property
+    def recommended(self) -> list[str]:
+        """Labels marked recommended; the first option when none is."""
+        marked = [label for label in self.labels if label.endswith(RECOMMENDED_SUFFIX)]
+        if marked:
+            return marked if self.multi_select else marked[:1]
+        return self.labels[:1]
+
+
+class AskInput(_Strict):
+    """The tool input: `{"questions": [...]}`."""
+
+    questions: list[Question] = Field(min_length=1, max_length=MAX_QUESTIONS)
+
+
+class Answer(_Strict):
+    id: str
+    selected: list[str] = Field(default_factory=list)
+    custom: str | None = Field(default=None, max_length=MAX_CUSTOM)
+
+
+class Answers(_Strict):
+    """The tool output: `{"answers": [...]}`, one per question, in question order."""
+
+    answers: list[Answer]
+
+    def to_json(self) -> str:
+        """The exact compact JSON the model reads (`custom` omitted when unused)."""
+        body = [
+            {"id": a.id, "selected": a.selected}
+            | ({"custom": a.custom} if a.custom is not None else {})
+            for a in self.answers
+        ]
+        return compact_json({"answers": body})
+
+
+class Caller(_Strict):
+    """Who is asking: the exact agent, its turn, and the agent that owns it (if any)."""
+
+    agent_id: str = Field(min_length=1, max_length=200)
+    turn_id: str = Field(min_length=1, max_length=200)
+    owner: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class AskRequest(_Strict):
+    """A validated ask as it travels through Redis (the `payload` of the request)."""
+
+    id: str
+    questions: list[Question]
+    scope: dict[str, str] = Field(default_factory=dict)
+    caller: Caller
+    created_ms: int
+
+
+SettlementState = Literal["ANSWERED", "FAILED", "CANCELLED"]
+
+
+class Settlement(BaseModel):
+    """The one value ever written to a request's reply key."""
+
+    state: SettlementState
+    answers: list[Answer] | None = None
+    code: ErrorCode | None = None
+    message: str | None = None
+    by: str | None = None
+
+    def result(self) -> Answers:
+        """The answers, or the AskError this settlement stands for."""
+        if self.state == "ANSWERED" and self.answers is not None:
+            return Answers(answers=self.answers)
+        raise AskError(self.code or ErrorCode.INTERNAL, self.message or "request failed")
+
+
+class Offer(_Strict):
+    """What an answerer sees: one request offered to its group at one tier."""
+
+    request_id: str
+    group: str
+    tier: int
+    offer_id: str  # the stream entry of this offer
+    questions: list[Question]
+    scope: dict[str, str]
+    caller: Caller
+    created_ms: int
+
+
+class Retraction(_Strict):
+    """A question an answerer showed is no longer its to answer."""
+
+    request_id: str
+    state: str  # ANSWERED | FAILED | CANCELLED | OFFERED (moved on to another tier)
+    code: str | None = None
+    by: str | None = None
+
+    @property
+    def reason(self) -> str:
+        if self.state == "ANSWERED":
+            return f"answered elsewhere by {self.by}" if self.by else "answered elsewhere"
+        if self.state == "CANCELLED":
+            return "cancelled (turn aborted)" if self.code == "ABORTED" else "cancelled"
+        if self.state == "FAILED":
+            return "no longer pending"
+        return "escalated to another answerer"
+
+
+def scope_matches(selector: dict[str, str], scope: dict[str, str]) -> bool:
+    """A group's scope selector accepts a request when every selector key is in the
+    request's scope with a matching value (shell-style patterns: `acme-*`)."""
+    return all(key in scope and fnmatchcase(scope[key], pattern) for key, pattern in selector.items())
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "input"
+
+
+def _raise_invalid(problems: list[str]) -> None:
+    if problems:
+        raise AskError(ErrorCode.INVALID_REQUEST, "; ".join(problems))
+
+
+def parse_input(args: Any) -> AskInput:
+    """Validate tool arguments (a dict or JSON text); every violation names its path."""
+    if isinstance(args, (str, bytes)):
+        try:
+            args = json.loads(args)
+        except ValueError as exc:
+            raise AskError(ErrorCode.INVALID_REQUEST, f"input: not valid JSON ({exc})") from None
+    try:
+        parsed = AskInput.model_validate(args)
+    except ValidationError as exc:
+        _raise_invalid([f"{_path(e['loc'])}: {e['msg']}" for e in exc.errors()])
+        raise  # unreachable
+    problems: list[str] = []
+    seen_ids: set[str] = set()
+    for qi, q in enumerate(parsed.questions):
+        if q.id in seen_ids:
+            problems.append(f'questions[{qi}].id: duplicate id "{q.id}"')
+        seen_ids.add(q.id)
+        seen_labels: set[str] = set()
+        for oi, label in enumerate(q.labels):
+            if label in seen_labels:
+                problems.append(f'questions[{qi}].options[{oi}].label: duplicate label "{label}"')
+            seen_labels.add(label)
+    _raise_invalid(problems)
+    return parsed
+
+
+def parse_answers(questions: list[Question], raw: Any) -> Answers:
+    """Validate answers against their questions; return them in question order."""
+    if isinstance(raw, Answers):
+        raw = raw.model_dump(exclude_none=True)
+    elif isinstance(raw, list):
+        raw = {"answers": raw}
+    try:
+        answers = Answers.model_validate(raw)
+    except ValidationError as exc:
+        _raise_invalid([f"{_path(e['loc'])}: {e['msg']}" for e in exc.errors()])
+        raise  # unreachable
+    problems: list[str] = []
+    by_id: dict[str, Answer] = {}
+    for ai, a in enumerate(answers.answers):
+        if a.id in by_id:
+            problems.append(f'answers[{ai}].id: question "{a.id}" answered twice')
+        elif a.id not in {q.id for q in questions}:
+            problems.append(f'answers[{ai}].id: no question with id "{a.id}"')
+        by_id.setdefault(a.id, a)
+    for q in questions:
+        a = by_id.get(q.id)
+        where = f'answer to "{q.id}"'
+        if a is None:
+            problems.append(f"{where}: missing")
+            continue
+        labels = set(q.labels)
+        for label in a.selected:
+            if label not in labels:
+                problems.append(f'{where}.selected: no option labelled "{label}"')
+        if len(set(a.selected)) != len(a.selected):
+            problems.append(f"{where}.selected: a label is selected twice")
+        custom = a.custom.strip() if a.custom is not None else ""
+        if not q.options:
+            if not custom:
+                problems.append(f"{where}.custom: a free-text question needs custom text")
+        elif not q.multi_select:
+            if len(a.selected) > 1:
+                problems.append(f"{where}.selected: single-select takes at most one label")
+            if not a.selected and not custom:
+                problems.append(f"{where}: choose one option or give custom text")
+    _raise_invalid(problems)
+    # Blank custom text counts as unused, so it is omitted from the result.
+    return Answers(
+        answers=[
+            by_id[q.id].model_copy(update={"custom": None})
+            if by_id[q.id].custom is not None and not by_id[q.id].custom.strip()  # type: ignore[union-attr]
+            else by_id[q.id]
+            for q in questions
+        ]
+    )

@@ -1,0 +1,375 @@
+"""The loop that runs one replica of one answerer group.
+
+A group is a consumer group on its tier's stream; each replica is a consumer. The
+replica:
+
+1. registers: creates the consumer group (before it is live, so no offer made to it is
+   missed), records the group's priority and scope, then heartbeats (live);
+2. reads offers with XREADGROUP BLOCK (never polls), and for each decides by scope and
+   by the answerer, accepts or declines (atomic scripts), and presents what it claimed;
+3. reads the events stream (XREAD BLOCK) and retracts what settled elsewhere;
+4. on each heartbeat, takes over the pending entries of replicas of its group whose
+   heartbeat has lapsed (XCLAIM), and on start re-reads its own pending entries, so a
+   replica killed at any point loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import socket
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from ._answerer import Answerer, GroupHandle
+from ._connections import CONNECTION_ERRORS
+from ._errors import AskError, ErrorCode
+from ._models import AskRequest, Offer, Retraction, scope_matches
+from ._seam import RequestInfo, Seam
+
+log = logging.getLogger("askq.runtime")
+
+GROUP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+TERMINAL = {"ANSWERED", "FAILED", "CANCELLED"}
+READ_COUNT = 64
+MAX_IN_FLIGHT = 256
+RECOVER_BATCH = 100
+
+
+class AnswererRuntime:
+    def __init__(
+        self,
+        seam: Seam,
+        answerer: Answerer,
+        *,
+        group: str,
+        priority: int = 0,
+        scope: dict[str, str] | None = None,
+        consumer: str | None = None,
+    ) -> None:
+        if not GROUP_NAME.match(group):
+            raise AskError(
+                ErrorCode.CONFIG_ERROR,
+                f"group name {group!r}: use 1-64 letters, digits, '_', '.' or '-'",
+            )
+        self.seam = seam
+        self.answerer = answerer
+        self.group = group
+        self.priority = int(priority)
+        self.scope = dict(scope or {})
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{id(self):x}"
+        self.stream = seam.keys.tier(self.priority)
+        self.presented: dict[str, Offer] = {}
+        self.ready = asyncio.Event()
+        self._handle = GroupHandle(seam, group, on_done=self._done)
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._events_from = "$"
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Register, then serve until cancelled."""
+        await self._register()
+        await self.answerer.start(self._handle)
+        loops = [
+            asyncio.create_task(self._heartbeat_loop(), name=f"askq-{self.group}-heartbeat"),
+            asyncio.create_task(self._events_loop(), name=f"askq-{self.group}-events"),
+            asyncio.create_task(self._offers_loop(), name=f"askq-{self.group}-offers"),
+        ]
+        self.ready.set()
+        try:
+            await asyncio.gather(*loops)
+        finally:
+            for task in loops + list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*loops, *self._tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await self.answerer.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._leave())
+
+    async def _register(self) -> None:
+        k = self.seam.keys
+        redis = self.seam.redis
+        with self.seam.redis_errors():
+            # Read the events stream from here on: what settles after this is ours to hear.
+            last = await redis.xrevrange(k.events, count=1)
+            self._events_from = last[0][0] if last else "0-0"
+            try:
+                await redis.xgroup_create(self.stream, self.group, id="$", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+            info = {"kind": self.answerer.kind, "scope": self.scope, "priority": self.priority}
+            async with redis.pipeline(transaction=True) as pipe:
+                pipe.hset(k.groups, self.group, self.priority)
+                pipe.hset(k.group_info, self.group, json.dumps(info, sort_keys=True))
+                await pipe.execute()
+            await self._beat()
+        await self.seam.tier_streams(refresh=True)
+
+    async def _beat(self) -> None:
+        k = self.seam.keys
+        until = await self.seam.now_ms() + int(self.seam.settings.consumer_ttl * 1000)
+        async with self.seam.redis.pipeline(transaction=True) as pipe:
+            pipe.zadd(k.consumers(self.group), {self.consumer: until})
+            pipe.zadd(k.live, {self.group: until}, gt=True)
+            await pipe.execute()
+
+    async def _leave(self) -> None:
+        """Stop being live; the group stays live while another replica beats."""
+        k = self.seam.keys
+        redis = self.seam.redis
+        await redis.zrem(k.consumers(self.group), self.consumer)
+        latest = await redis.zrevrange(k.consumers(self.group), 0, 0, withscores=True)
+        if latest:
+            await redis.zadd(k.live, {self.group: latest[0][1]})
+        else:
+            await redis.zrem(k.live, self.group)
+
+    async def _heartbeat_loop(self) -> None:
+        period = self.seam.settings.consumer_ttl / 3
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self._beat()
+                await self._recover_dead_replicas()
+            except CONNECTION_ERRORS as exc:
+                log.warning("heartbeat of %s failed: %s", self.group, exc)
+            except Exception:  # noqa: BLE001 - a heartbeat must keep beating
+                log.exception("heartbeat of %s failed", self.group)
+
+    # --- offers ----------------------------------------------------------------------
+
+    async def _offers_loop(self) -> None:
+        conn = self.seam.blocking_connection()
+        block_ms = int(self.seam.settings.block_seconds * 1000)
+        # First re-read what this consumer held before a restart (its own pending
+        # entries, from id 0 on), then block for new offers.
+        own_cursor: str | None = "0"
+        backoff = 0.05
+        try:
+            while True:
+                try:
+                    reply = await conn.xreadgroup(
+                        self.group,
+                        self.consumer,
+                        {self.stream: own_cursor or ">"},
+                        count=READ_COUNT,
+                        block=None if own_cursor else block_ms,
+                    )
+                    entries = reply[0][1] if reply else []
+                    if own_cursor is not None:
+                        own_cursor = entries[-1][0] if entries else None
+                    for entry_id, fields in entries:
+                        if not fields:  # trimmed away; nothing to recover
+                            await self.seam.redis.xack(self.stream, self.group, entry_id)
+                            continue
+                        await self._spawn(entry_id, fields)
+                    backoff = 0.05
+                except CONNECTION_ERRORS as exc:
+                    log.warning("offers loop of %s lost Redis (%s); reconnecting", self.group, exc)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                    own_cursor = "0"
+                    await conn.aclose()
+                    conn = self.seam.blocking_connection()
+        finally:
+            await conn.aclose()
+
+    async def _spawn(self, entry_id: str, fields: dict[str, str]) -> None:
+        await self._in_flight.acquire()
+        task = asyncio.create_task(self._handle_entry(entry_id, fields))
+        self._tasks.add(task)
+
+        def finished(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            self._in_flight.release()
+
+        task.add_done_callback(finished)
+
+    async def _handle_entry(self, entry_id: str, fields: dict[str, str]) -> None:
+        request_id = fields.get("request", "")
+        try:
+            await self._handle_offer(entry_id, request_id)
+        except CONNECTION_ERRORS as exc:
+            # Left pending: this replica (on restart) or another one recovers it.
+            log.warning("offer %s of %s not handled: %s", request_id, self.group, exc)
+        except Exception:  # noqa: BLE001 - one bad offer must not stop the worker
+            log.exception("offer %s of %s failed", request_id, self.group)
+
+    async def _handle_offer(self, entry_id: str, request_id: str) -> None:
+        k = self.seam.keys
+        redis = self.seam.redis
+        row = await redis.hmget(
+            k.request(request_id),
+            ["state", "tier", "offer", "undecided", "claimers", "payload", "inbox"],
+        )
+        state, tier, offer_id, undecided, claimers, payload, inbox = row
+        if (
+            state is None
+            or state in TERMINAL
+            or offer_id != entry_id
+            or tier is None
+            or int(tier) != self.priority
+        ):
+            await redis.xack(self.stream, self.group, entry_id)  # no longer ours to decide
+            return
+        request = AskRequest.model_validate_json(payload)
+        self.seam._remember(RequestInfo(request=request, inbox=inbox))
+        offer = Offer(
+            request_id=request_id,
+            group=self.group,
+            tier=self.priority,
+            offer_id=entry_id,
+            questions=request.questions,
+            scope=request.scope,
+            caller=request.caller,
+            created_ms=request.created_ms,
+        )
+        if self.group in (claimers or "").split(","):
+            await self._present(offer)  # a claim of the group, recovered
+            return
+        if self.group not in (undecided or "").split(","):
+            await redis.xack(self.stream, self.group, entry_id)  # offered before we were live
+            return
+        if not await self._decide(offer):
+            await self.seam.decline(offer)
+            return
+        if await self.seam.accept(offer):
+            await self._present(offer)
+
+    async def _decide(self, offer: Offer) -> bool:
+        if not scope_matches(self.scope, offer.scope):
+            return False
+        try:
+            return bool(await self.answerer.decide(offer))
+        except Exception:  # noqa: BLE001 - an answerer that cannot decide declines
+            log.exception("%s could not decide on %s; declining", self.group, offer.request_id)
+            return False
+
+    async def _present(self, offer: Offer) -> None:
+        if offer.request_id in self.presented:
+            return  # re-read after a reconnect: already showing it
+        self.presented[offer.request_id] = offer
+        try:
+            await self.answerer.present(offer)
+        except Exception:  # noqa: BLE001 - a question that cannot be shown is given back
+            log.exception("%s could not present %s; releasing", self.group, offer.request_id)
+            self.presented.pop(offer.request_id, None)
+            await self.seam.release(offer.request_id, self.group)
+
+    def _done(self, request_id: str) -> None:
+        self.presented.pop(request_id, None)
+
+    # --- recovery --------------------------------------------------------------------
+
+    async def _recover_dead_replicas(self) -> None:
+        """Take over entries pending on replicas of this group that stopped beating."""
+        k = self.seam.keys
+        redis = self.seam.redis
+        now = await self.seam.now_ms()
+        live = set(await redis.zrangebyscore(k.consumers(self.group), now, "+inf"))
+        try:
+            summary = await redis.xpending(self.stream, self.group)
+        except ResponseError:
+            return
+        for row in summary.get("consumers") or []:
+            name = row["name"]
+            if name == self.consumer or name in live:
+                continue
+            while True:
+                entries = await redis.xpending_range(
+                    self.stream, self.group, "-", "+", RECOVER_BATCH, consumername=name
+                )
+                if not entries:
+                    break
+                ids = [e["message_id"] for e in entries]
+                claimed = await redis.xclaim(self.stream, self.group, self.consumer, 0, ids)
+                log.info("%s took over %d offers of %s", self.consumer, len(claimed), name)
+                for entry_id, fields in claimed:
+                    if fields is None:
+                        await redis.xack(self.stream, self.group, entry_id)
+                        continue
+                    await self._spawn(entry_id, fields)
+                if len(entries) < RECOVER_BATCH:
+                    break
+            await redis.xgroup_delconsumer(self.stream, self.group, name)
+            await redis.zrem(k.consumers(self.group), name)
+
+    # --- retraction ------------------------------------------------------------------
+
+    async def _events_loop(self) -> None:
+        conn: Redis = self.seam.blocking_connection()
+        block_ms = int(self.seam.settings.block_seconds * 1000)
+        backoff = 0.05
+        resync = False
+        try:
+            while True:
+                try:
+                    if resync:
+                        await self._resync_presented()
+                        resync = False
+                    reply = await conn.xread(
+                        {self.seam.keys.events: self._events_from}, count=256, block=block_ms
+                    )
+                    for _, entries in reply or []:
+                        for event_id, fields in entries:
+                            self._events_from = event_id
+                            await self._on_event(fields)
+                    backoff = 0.05
+                except CONNECTION_ERRORS as exc:
+                    log.warning("events loop of %s lost Redis (%s)", self.group, exc)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                    resync = True
+                    await conn.aclose()
+                    conn = self.seam.blocking_connection()
+        finally:
+            await conn.aclose()
+
+    async def _on_event(self, fields: dict[str, Any]) -> None:
+        request_id = fields.get("request", "")
+        if request_id not in self.presented:
+            return
+        state = fields.get("state", "")
+        if state == "OFFERED" and fields.get("tier") == str(self.priority):
+            return
+        await self._retract(
+            Retraction(
+                request_id=request_id,
+                state=state,
+                code=fields.get("code") or None,
+                by=fields.get("by") or None,
+            )
+        )
+
+    async def _retract(self, retraction: Retraction) -> None:
+        self.presented.pop(retraction.request_id, None)
+        try:
+            await self.answerer.retract(retraction)
+        except Exception:  # noqa: BLE001
+            log.exception("%s could not retract %s", self.group, retraction.request_id)
+
+    async def _resync_presented(self) -> None:
+        """After a gap in the events stream, check what we show is still ours."""
+        for request_id in list(self.presented):
+            state, by, code, claimers = await self.seam.redis.hmget(
+                self.seam.keys.request(request_id), ["state", "by", "code", "claimers"]
+            )
+            if state is None or state in TERMINAL or self.group not in (claimers or "").split(","):
+                await self._retract(
+                    Retraction(
+                        request_id=request_id,
+                        state=state or "FAILED",
+                        code=code or None,
+                        by=by or None,
+                    )
+                )

@@ -1,0 +1,550 @@
+"""The user-questions seam: the service under the tool.
+
+`Seam` is what both sides talk to. Agents `ask` (and `abort_turn`); answerer groups
+`accept`, `decline`, `release` and `answer`. Every change of a request's state is one
+Lua script (see `lua/`); this module prepares their keys and turns their replies into
+results or `AskError`s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import ResponseError
+
+from ._connections import CONNECTION_ERRORS, blocking_client, command_client, unavailable
+from ._errors import AskError, ErrorCode
+from ._keys import Keys
+from ._models import (
+    Answers,
+    AskInput,
+    AskRequest,
+    Caller,
+    Offer,
+    Question,
+    Settlement,
+    parse_answers,
+    parse_input,
+)
+from ._scripts import source
+from ._settings import Settings
+from ._waiter import ReplyWaiter
+
+ABORTED_MESSAGE = (
+    "The user aborted this turn, so the question was withdrawn. Stop here and wait for"
+    " the user's next message."
+)
+INFO_CACHE = 8192
+
+
+class AbortSignal(Protocol):
+    """The turn's abort signal: `asyncio.Event` is one."""
+
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> Any: ...
+
+
+class RequestInfo(BaseModel):
+    """The immutable facts of a request, cached so worker-side scripts need no lookup."""
+
+    request: AskRequest
+    inbox: str
+
+
+class GroupStatus(BaseModel):
+    name: str
+    priority: int
+    kind: str = ""
+    scope: dict[str, str] = {}
+    live_consumers: int
+    pending: int
+
+
+class RequestStatus(BaseModel):
+    id: str
+    state: str
+    tier: int | None
+    undecided: list[str]
+    claimers: list[str]
+    header: str
+    agent: str
+    turn: str
+    age_seconds: float
+    by: str = ""
+    code: str = ""
+
+
+class Status(BaseModel):
+    groups: list[GroupStatus]
+    requests: list[RequestStatus]
+
+
+def _split(value: str | None) -> list[str]:
+    return [part for part in (value or "").split(",") if part]
+
+
+def _delegated(caller: Caller, owner: str) -> AskError:
+    return AskError(
+        ErrorCode.DELEGATED_CALLER,
+        f"Agent {caller.agent_id!r} is a sub-agent owned by live agent {owner!r}, so it"
+        " cannot ask the user. Do not call ask_user_question again: put your unresolved"
+        " questions and decisions in your final result, and the agent that owns you will"
+        " take them to the user.",
+    )
+
+
+class Seam:
+    """The async seam client. Use it as an async context manager::
+
+        async with Seam.from_url("redis://localhost:6379/0") as seam:
+            answers = await seam.ask(questions, Caller(agent_id="a1", turn_id="t1"))
+
+    A seam built from an existing client opens its own bounded pool with that client's
+    connection settings (so 10,000 pending asks share a handful of connections).
+    """
+
+    def __init__(
+        self, redis: Redis | None = None, *, settings: Settings | None = None, **overrides: Any
+    ) -> None:
+        self.settings = settings or Settings(**overrides)
+        if settings is not None and overrides:
+            self.settings = settings.model_copy(update=overrides)
+        self.keys = Keys(self.settings.prefix)
+        self._source = redis
+        self.redis = command_client(redis, self.settings)
+        self._scripts: dict[str, AsyncScript] = {}
+        self.process_id = uuid.uuid4().hex
+        self._waiter = ReplyWaiter(
+            self.blocking_connection,
+            self.keys.inbox(self.process_id),
+            self.keys.reply,
+            self.settings.block_seconds,
+        )
+        self._tier_cache: list[str] | None = None
+        self._infos: OrderedDict[str, RequestInfo] = OrderedDict()
+        self._agents: dict[str, str | None] = {}
+
+    @classmethod
+    def from_url(cls, url: str, **overrides: Any) -> Seam:
+        return cls(settings=Settings(redis_url=url, **overrides))
+
+    def blocking_connection(self) -> Redis:
+        """A new single-connection client for one blocking loop."""
+        return blocking_client(self._source, self.settings)
+
+    async def __aenter__(self) -> Seam:
+        await self.ping()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def ping(self) -> None:
+        with self.redis_errors():
+            await self.redis.ping()
+
+    async def aclose(self) -> None:
+        await self._waiter.aclose()
+        await self.redis.aclose()
+
+    @contextlib.contextmanager
+    def redis_errors(self) -> Iterator[None]:
+        """Turn a lost or unreachable server into one clear AskError naming the URL."""
+        try:
+            yield
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(self.settings, exc) from None
+
+    # --- scripts -------------------------------------------------------------------
+
+    def _script(self, name: str) -> AsyncScript:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self.redis.register_script(source(name))
+        return script
+
+    async def tier_streams(self, refresh: bool = False) -> list[str]:
+        """The stream keys of every tier in the registry (scripts must declare them)."""
+        if self._tier_cache is None or refresh:
+            priorities = {int(p) for p in await self.redis.hvals(self.keys.groups)}
+            self._tier_cache = [self.keys.tier(p) for p in sorted(priorities)]
+        return self._tier_cache
+
+    async def _run(
+        self,
+        name: str,
+        request_id: str,
+        inbox: str,
+        turn_id: str,
+        extra: Sequence[str | int],
+        owner: str | None = None,
+    ) -> list[str]:
+        k = self.keys
+        for attempt in range(5):
+            tiers = await self.tier_streams(refresh=attempt > 0)
+            keys = [
+                k.request(request_id),
+                k.reply(request_id),
+                inbox,
+                k.turn(turn_id),
+                k.pending,
+                k.events,
+                k.groups,
+                k.live,
+                k.aborted(turn_id),
+                k.agent(owner or ""),
+                *tiers,
+            ]
+            args = [
+                k.tier_prefix,
+                self.settings.settled_ttl,
+                self.settings.events_maxlen,
+                request_id,
+                *extra,
+            ]
+            with self.redis_errors():
+                result: list[str] = await self._script(name)(keys=keys, args=args)
+            if result[0] != "STALE":
+                return result
+        raise AskError(ErrorCode.INTERNAL, "the answerer registry kept changing; try again")
+
+    # --- the agent side -------------------------------------------------------------
+
+    async def ask(
+        self,
+        questions: AskInput | Mapping[str, Any] | Sequence[Question | Mapping[str, Any]] | str,
+        caller: Caller,
+        *,
+        scope: Mapping[str, str] | None = None,
+        signal: AbortSignal | None = None,
+    ) -> Answers:
+        """Publish the questions and block until they are answered, or raise AskError."""
+        request = self.build_request(questions, caller, scope)
+        if signal is not None and signal.is_set():
+            raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
+        owner = caller.owner or self._agents.get(caller.agent_id)
+        inbox = self.keys.inbox(self.process_id)
+        future = self._waiter.expect(request.id)
+        try:
+            result = await self._run(
+                "ask",
+                request.id,
+                inbox,
+                caller.turn_id,
+                [
+                    request.model_dump_json(by_alias=True),
+                    caller.turn_id,
+                    caller.agent_id,
+                    "1" if owner else "0",
+                ],
+                owner=owner,
+            )
+        except BaseException:
+            self._waiter.forget(request.id)
+            raise
+        if result[0] != "OFFERED":
+            self._waiter.forget(request.id)
+            if result[0] == "ABORTED":
+                raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
+            if result[0] == "DELEGATED_CALLER":
+                raise _delegated(caller, owner or "")
+            if result[0] == "NO_ANSWERER":
+                raise AskError(ErrorCode.NO_ANSWERER, result[1])
+            raise AskError(ErrorCode.INTERNAL, f"unexpected reply to ask: {result}")
+        self._remember(RequestInfo(request=request, inbox=inbox))
+        return (await self._wait(request.id, future, signal)).result()
+
+    def build_request(
+        self,
+        questions: AskInput | Mapping[str, Any] | Sequence[Question | Mapping[str, Any]] | str,
+        caller: Caller,
+        scope: Mapping[str, str] | None = None,
+    ) -> AskRequest:
+        if isinstance(questions, AskInput):
+            parsed = questions
+        elif isinstance(questions, Sequence) and not isinstance(questions, (str, bytes)):
+            items = [q.model_dump(by_alias=True) if isinstance(q, Question) else q for q in questions]
+            parsed = parse_input({"questions": items})
+        else:
+            parsed = parse_input(questions)
+        scope_dict = {str(k): str(v) for k, v in (scope or {}).items()}
+        return AskRequest(
+            id=uuid.uuid4().hex,
+            questions=parsed.questions,
+            scope=scope_dict,
+            caller=caller,
+            created_ms=int(time.time() * 1000),
+        )
+
+    async def _wait(
+        self, request_id: str, future: asyncio.Future[Settlement], signal: AbortSignal | None
+    ) -> Settlement:
+        try:
+            if signal is not None:
+                fired = asyncio.ensure_future(signal.wait())
+                try:
+                    await asyncio.wait({future, fired}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    fired.cancel()
+                if not future.done():
+                    # The turn's signal fired: cancel, then take whichever settlement won
+                    # (an answer that landed first is still the answer).
+                    await self.cancel(request_id, ErrorCode.ABORTED, ABORTED_MESSAGE, by="caller")
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if not future.done():
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(
+                        self.cancel(request_id, ErrorCode.ABORTED, ABORTED_MESSAGE, by="caller")
+                    )
+            self._waiter.forget(request_id)
+            raise
+
+    async def cancel(self, request_id: str, code: ErrorCode, message: str, *, by: str) -> bool:
+        """Settle a pending request as CANCELLED; False if it had already settled."""
+        info = await self.request_info(request_id)
+        body = Settlement(state="CANCELLED", code=code, message=message, by=by)
+        result = await self._run(
+            "cancel",
+            request_id,
+            info.inbox,
+            info.request.caller.turn_id,
+            [code.value, body.model_dump_json(exclude_none=True), by],
+        )
+        return result[0] == "CANCELLED"
+
+    async def abort_turn(self, turn_id: str, *, by: str = "abort") -> int:
+        """Mark the turn aborted (durably, first), then cancel its pending requests.
+
+        Returns how many requests this call cancelled. Works whether or not their
+        callers are alive; an ask for the turn that comes later fails at once.
+        """
+        k = self.keys
+        body = Settlement(
+            state="CANCELLED", code=ErrorCode.ABORTED, message=ABORTED_MESSAGE, by=by
+        ).model_dump_json(exclude_none=True)
+        for attempt in range(8):
+            with self.redis_errors():
+                ids = sorted(await self.redis.smembers(k.turn(turn_id)))
+                inboxes = []
+                if ids:
+                    async with self.redis.pipeline(transaction=False) as pipe:
+                        for request_id in ids:
+                            pipe.hget(k.request(request_id), "inbox")
+                        inboxes = await pipe.execute()
+                tiers = await self.tier_streams(refresh=attempt > 0)
+                keys = [k.aborted(turn_id), k.turn(turn_id), k.pending, k.events, *tiers]
+                for request_id, inbox in zip(ids, inboxes):
+                    keys += [k.request(request_id), k.reply(request_id), inbox or k.inbox("")]
+                args = [
+                    k.tier_prefix,
+                    self.settings.settled_ttl,
+                    self.settings.events_maxlen,
+                    self.settings.abort_ttl,
+                    body,
+                    by,
+                    len(tiers),
+                    *ids,
+                ]
+                result = await self._script("abort_turn")(keys=keys, args=args)
+            if result[0] == "ABORTED":
+                return int(result[1])
+        raise AskError(ErrorCode.INTERNAL, f"turn {turn_id!r} kept changing while aborting")
+
+    @contextlib.asynccontextmanager
+    async def agent(self, agent_id: str, owner: str | None = None) -> AsyncIterator[None]:
+        """Keep an agent registered as live (with its owner) while the block runs.
+
+        A child whose owner is live gets DELEGATED_CALLER; once the owner's heartbeat
+        lapses (its process is gone), a restored child runs as a root and may ask.
+        """
+        key = self.keys.agent(agent_id)
+        ttl_ms = int(self.settings.agent_ttl * 1000)
+        with self.redis_errors():
+            await self.redis.set(key, owner or "", px=ttl_ms)
+        self._agents[agent_id] = owner
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(self.settings.agent_ttl / 3)
+                with contextlib.suppress(*CONNECTION_ERRORS):
+                    await self.redis.set(key, owner or "", px=ttl_ms)
+
+        task = asyncio.create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+            self._agents.pop(agent_id, None)
+            with contextlib.suppress(*CONNECTION_ERRORS):
+                await self.redis.delete(key)
+
+    # --- the answerer side ---------------------------------------------------------
+
+    def _remember(self, info: RequestInfo) -> None:
+        self._infos[info.request.id] = info
+        self._infos.move_to_end(info.request.id)
+        while len(self._infos) > INFO_CACHE:
+            self._infos.popitem(last=False)
+
+    async def request_info(self, request_id: str) -> RequestInfo:
+        info = self._infos.get(request_id)
+        if info is not None:
+            return info
+        with self.redis_errors():
+            payload, inbox = await self.redis.hmget(
+                self.keys.request(request_id), ["payload", "inbox"]
+            )
+        if payload is None:
+            raise AskError(ErrorCode.NOT_FOUND, f"no request {request_id!r} (unknown or expired)")
+        info = RequestInfo(request=AskRequest.model_validate_json(payload), inbox=inbox)
+        self._remember(info)
+        return info
+
+    async def accept(self, offer: Offer) -> bool:
+        """Claim the offer for the group. False when it is no longer the group's to take."""
+        result = await self._group_step("accept", offer, [offer.group, offer.tier, offer.offer_id])
+        return result[0] == "CLAIMED"
+
+    async def decline(self, offer: Offer) -> None:
+        """The group will not take it; the last decline of a tier moves it on."""
+        await self._group_step("decline", offer, [offer.group, offer.tier, offer.offer_id])
+
+    async def release(self, request_id: str, group: str) -> bool:
+        """Give back the group's claim; the last release of a tier moves it on."""
+        info = await self.request_info(request_id)
+        result = await self._run(
+            "release", request_id, info.inbox, info.request.caller.turn_id, [group]
+        )
+        return result[0] == "RELEASED"
+
+    async def _group_step(self, name: str, offer: Offer, extra: list[str | int]) -> list[str]:
+        info = await self.request_info(offer.request_id)
+        return await self._run(
+            name, offer.request_id, info.inbox, info.request.caller.turn_id, extra
+        )
+
+    async def answer(self, request_id: str, group: str, answers: Any, *, by: str) -> Answers:
+        """Submit a human's answer on behalf of a group holding the claim.
+
+        Any replica of the group may call this (the claim belongs to the group). Raises
+        INVALID_REQUEST naming the problem, ALREADY_SETTLED ("answered by ...") for a
+        late or duplicate answer, NOT_CLAIMED when the group holds no claim.
+        """
+        info = await self.request_info(request_id)
+        valid = parse_answers(info.request.questions, answers)
+        body = Settlement(state="ANSWERED", answers=valid.answers, by=by)
+        result = await self._run(
+            "answer",
+            request_id,
+            info.inbox,
+            info.request.caller.turn_id,
+            [group, body.model_dump_json(exclude_none=True), by],
+        )
+        if result[0] == "ANSWERED":
+            return valid
+        raise self._refused(request_id, result)
+
+    @staticmethod
+    def _refused(request_id: str, result: list[str]) -> AskError:
+        if result[0] == "SETTLED":
+            state, by, code = result[1], result[2], result[3]
+            if state == "ANSWERED":
+                detail = f"answered by {by}" if by else "answered"
+            elif state == "CANCELLED":
+                detail = "cancelled (the turn was aborted)" if code == "ABORTED" else "cancelled"
+            else:
+                detail = f"failed ({code})" if code else "failed"
+            return AskError(ErrorCode.ALREADY_SETTLED, f"already settled: {detail}")
+        if result[0] == "NOT_FOUND":
+            return AskError(ErrorCode.NOT_FOUND, f"no request {request_id!r} (unknown or expired)")
+        return AskError(
+            ErrorCode.NOT_CLAIMED,
+            f"this group holds no claim on request {request_id!r} (it is {result[1].lower()})",
+        )
+
+    # --- reads ---------------------------------------------------------------------
+
+    async def settlement(self, request_id: str) -> Settlement | None:
+        """The request's settlement, while its reply key lasts."""
+        with self.redis_errors():
+            body = await self.redis.get(self.keys.reply(request_id))
+        return None if body is None else Settlement.model_validate_json(body)
+
+    async def now_ms(self) -> int:
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    async def request_status(self, request_id: str) -> RequestStatus | None:
+        rows = await self._request_rows([request_id], await self.now_ms())
+        return rows[0] if rows else None
+
+    async def _request_rows(self, ids: Sequence[str], now: int) -> list[RequestStatus]:
+        fields = ["state", "tier", "undecided", "claimers", "payload", "created_ms", "by", "code"]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for request_id in ids:
+                pipe.hmget(self.keys.request(request_id), fields)
+            rows = await pipe.execute()
+        out = []
+        for request_id, row in zip(ids, rows):
+            state, tier, undecided, claimers, payload, created, by, code = row
+            if state is None:
+                continue
+            request = AskRequest.model_validate_json(payload)
+            out.append(
+                RequestStatus(
+                    id=request_id,
+                    state=state,
+                    tier=int(tier) if tier is not None else None,
+                    undecided=_split(undecided),
+                    claimers=_split(claimers),
+                    header=request.questions[0].header,
+                    agent=request.caller.agent_id,
+                    turn=request.caller.turn_id,
+                    age_seconds=max(0, now - int(created or now)) / 1000,
+                    by=by or "",
+                    code=code or "",
+                )
+            )
+        return out
+
+    async def status(self, limit: int = 100) -> Status:
+        """Groups (priority, live replicas, entries pending) and the oldest requests pending."""
+        import json
+
+        k = self.keys
+        with self.redis_errors():
+            now = await self.now_ms()
+            priorities = await self.redis.hgetall(k.groups)
+            infos = await self.redis.hgetall(k.group_info)
+            groups = []
+            for name, priority in sorted(priorities.items(), key=lambda kv: (int(kv[1]), kv[0])):
+                info = json.loads(infos.get(name, "{}"))
+                live = await self.redis.zcount(k.consumers(name), now + 1, "+inf")
+                try:
+                    pending = (await self.redis.xpending(k.tier(int(priority)), name))["pending"]
+                except ResponseError:
+                    pending = 0
+                groups.append(
+                    GroupStatus(
+                        name=name,
+                        priority=int(priority),
+                        kind=info.get("kind", ""),
+                        scope=info.get("scope", {}),
+                        live_consumers=live,
+                        pending=pending,
+                    )
+                )
+            ids = await self.redis.zrange(k.pending, 0, limit - 1)
+            requests = await self._request_rows(ids, now)
+        return Status(groups=groups, requests=requests)

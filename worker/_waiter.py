@@ -1,0 +1,131 @@
+"""The reply waiter: one per process, however many asks are pending.
+
+Each pending ask is a future. A settlement script pushes `<request id> <settlement>`
+onto the inbox list of the caller's process; this loop is the only reader of that
+inbox, on one dedicated connection, blocked in BLPOP, so a settlement wakes its caller
+at once and a pending ask costs no connection and no polling.
+
+The reply key stays the truth: if the loop loses its connection (a notification may
+be lost with it), it re-reads the reply keys of every pending ask once reconnected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+
+from ._connections import CONNECTION_ERRORS
+from ._models import Settlement
+
+log = logging.getLogger("askq.waiter")
+
+DRAIN_BATCH = 512
+
+
+class ReplyWaiter:
+    def __init__(
+        self,
+        connect: Callable[[], Redis],
+        inbox: str,
+        reply_key: Callable[[str], str],
+        block_seconds: float,
+    ) -> None:
+        self._connect = connect
+        self._inbox = inbox
+        self._reply_key = reply_key
+        self._block_seconds = block_seconds
+        self._futures: dict[str, asyncio.Future[Settlement]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._conn: Redis | None = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._futures)
+
+    def expect(self, request_id: str) -> asyncio.Future[Settlement]:
+        """Register interest before the request is published, so no wake-up is missed."""
+        future = asyncio.get_running_loop().create_future()
+        self._futures[request_id] = future
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="askq-reply-waiter")
+        return future
+
+    def forget(self, request_id: str) -> None:
+        future = self._futures.pop(request_id, None)
+        if future is not None and not future.done():
+            future.cancel()
+
+    def _deliver(self, request_id: str, body: str) -> None:
+        future = self._futures.pop(request_id, None)
+        if future is None or future.done():
+            return  # settled for an ask this process gave up on, or a duplicate wake-up
+        try:
+            future.set_result(Settlement.model_validate_json(body))
+        except ValueError as exc:  # a corrupt reply must fail its ask, not the loop
+            future.set_exception(exc)
+
+    async def _resync(self, conn: Redis) -> None:
+        ids = list(self._futures)
+        for start in range(0, len(ids), DRAIN_BATCH):
+            batch = ids[start : start + DRAIN_BATCH]
+            bodies = await conn.mget([self._reply_key(i) for i in batch])
+            for request_id, body in zip(batch, bodies):
+                if body is not None:
+                    self._deliver(request_id, body)
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        resync = False
+        while True:
+            if self._conn is None:
+                self._conn = self._connect()
+            conn = self._conn
+            try:
+                if resync:
+                    await self._resync(conn)
+                    resync = False
+                item = await conn.blpop([self._inbox], timeout=self._block_seconds)
+                if item is None:
+                    continue
+                items = [item[1]]
+                more = await conn.lpop(self._inbox, DRAIN_BATCH)
+                if more:
+                    items.extend(more)
+                for raw in items:
+                    request_id, _, body = raw.partition(" ")
+                    self._deliver(request_id, body)
+                backoff = 0.05
+            except CONNECTION_ERRORS as exc:
+                log.warning("reply waiter lost its connection (%s); reconnecting", exc)
+                resync = True
+                await self._close_conn()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            except Exception:  # noqa: BLE001 - the loop must outlive any one bad wake-up
+                log.exception("reply waiter failed; re-reading pending replies")
+                resync = True
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    async def _close_conn(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.aclose()
+            except Exception:  # noqa: BLE001 - closing a broken connection may fail too
+                pass
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for request_id in list(self._futures):
+            self.forget(request_id)
+        await self._close_conn()

@@ -1,0 +1,38 @@
+--@include common
+-- Abort a turn: the durable mark first (no new ask of the turn gets in), then every
+-- unsettled request of the turn -> CANCELLED(ABORTED), whether or not its caller lives.
+-- KEYS: aborted, turn, pending, events, tier streams..., then req, reply, inbox per request
+-- ARGV: tier_prefix, settled_ttl, events_maxlen, abort_ttl, body, by, n_tiers, ids...
+local K_ABORTED, K_TURN, K_PENDING, K_EVENTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local n_tiers = tonumber(ARGV[7])
+redis.call('SET', K_ABORTED, '1', 'EX', tonumber(ARGV[4]))
+
+local ids, slot = {}, {}
+for i = 8, #ARGV do
+  ids[#ids + 1] = ARGV[i]
+  slot[ARGV[i]] = 4 + n_tiers + 3 * (#ids - 1)
+end
+-- The caller must have declared the keys of every request the turn holds now; the
+-- mark above keeps the set from growing, so a retry converges.
+local members = redis.call('SMEMBERS', K_TURN)
+if #members ~= #ids then return {'STALE'} end
+for _, id in ipairs(members) do
+  if not slot[id] then return {'STALE'} end
+  local tier = redis.call('HGET', KEYS[slot[id] + 1], 'tier')
+  if tier and not tier_stream(tier) then return {'STALE'} end
+end
+
+local cancelled = 0
+for _, id in ipairs(ids) do
+  local s = slot[id]
+  local k = {req = KEYS[s + 1], reply = KEYS[s + 2], inbox = KEYS[s + 3], turn = K_TURN,
+    pending = K_PENDING, events = K_EVENTS}
+  local state = redis.call('HGET', k.req, 'state')
+  if state and not TERMINAL[state] then
+    settle(k, id, 'CANCELLED', 'ABORTED', ARGV[5], ARGV[6])
+    cancelled = cancelled + 1
+  else
+    redis.call('SREM', K_TURN, id)
+  end
+end
+return {'ABORTED', tostring(cancelled)}

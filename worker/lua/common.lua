@@ -1,0 +1,132 @@
+-- Shared by every request script (included where a script says `--@include common`).
+--
+-- A request script gets, in KEYS, the keys of the request it changes plus the streams
+-- of every tier the caller knows of. A stream it needs but was not given means the
+-- caller's view of the waterfall is stale: the script changes nothing and returns
+-- {'STALE'}, and the caller refreshes its view and runs it again.
+
+local TERMINAL = {ANSWERED = true, FAILED = true, CANCELLED = true}
+local NO_ANSWERER_MESSAGE = 'No answerer accepted this question, so nobody can answer it now. '
+  .. 'Continue with your best judgement, or report the open question in your final result.'
+
+local tier_prefix = ARGV[1]
+local settled_ttl = tonumber(ARGV[2])
+local events_maxlen = ARGV[3]
+
+local declared = {}
+for _, key in ipairs(KEYS) do
+  if string.sub(key, 1, #tier_prefix) == tier_prefix then declared[key] = true end
+end
+
+local function tier_stream(priority)
+  local key = tier_prefix .. priority
+  if declared[key] then return key end
+  return nil
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function split(s)
+  local out = {}
+  if s and s ~= '' then
+    for part in string.gmatch(s, '[^,]+') do out[#out + 1] = part end
+  end
+  return out
+end
+
+local function contains(list, value)
+  for _, v in ipairs(list) do if v == value then return true end end
+  return false
+end
+
+local function without(list, value)
+  local out = {}
+  for _, v in ipairs(list) do if v ~= value then out[#out + 1] = v end end
+  return out
+end
+
+-- The lowest priority above `after` (any, when nil) that has a live group, and the
+-- live groups of that priority, sorted.
+local function route(groups_key, live_key, after, now)
+  local all = redis.call('HGETALL', groups_key)
+  local best, members = nil, {}
+  for i = 1, #all, 2 do
+    local name, priority = all[i], tonumber(all[i + 1])
+    if after == nil or priority > after then
+      local live_until = redis.call('ZSCORE', live_key, name)
+      if live_until and tonumber(live_until) > now then
+        if best == nil or priority < best then
+          best, members = priority, {name}
+        elseif priority == best then
+          members[#members + 1] = name
+        end
+      end
+    end
+  end
+  table.sort(members)
+  return best, members
+end
+
+-- Acknowledge the request's current offer for every group it went to, so that no
+-- replica recovers an offer that is decided. pcall: a group deleted by hand must not
+-- abort a script half-way.
+local function ack_offer(req)
+  local tier, offer, offered = unpack(redis.call('HMGET', req, 'tier', 'offer', 'offered'))
+  if tier and offer then
+    local stream = tier_prefix .. tier
+    for _, group in ipairs(split(offered)) do redis.pcall('XACK', stream, group, offer) end
+  end
+end
+
+-- Put the request on the stream of tier `priority`, offered to `members`.
+local function offer_to(req, request_id, priority, members)
+  local entry = redis.call('XADD', tier_prefix .. priority, '*', 'request', request_id)
+  local list = table.concat(members, ',')
+  redis.call('HSET', req, 'state', 'OFFERED', 'tier', priority, 'offer', entry,
+    'offered', list, 'undecided', list, 'claimers', '')
+  return entry
+end
+
+-- The one settlement: reply written, caller woken, indexes released, answerers told.
+-- k = {req, reply, inbox, turn, pending, events}
+local function settle(k, request_id, state, code, body, by)
+  ack_offer(k.req)
+  redis.call('HSET', k.req, 'state', state, 'code', code, 'by', by,
+    'settled_ms', now_ms(), 'undecided', '', 'claimers', '')
+  redis.call('EXPIRE', k.req, settled_ttl)
+  redis.call('SET', k.reply, body, 'EX', settled_ttl)
+  redis.call('RPUSH', k.inbox, request_id .. ' ' .. body)
+  redis.call('EXPIRE', k.inbox, settled_ttl)
+  redis.call('SREM', k.turn, request_id)
+  redis.call('ZREM', k.pending, request_id)
+  redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*',
+    'request', request_id, 'state', state, 'code', code, 'by', by)
+end
+
+local function no_answerer_body()
+  return cjson.encode({state = 'FAILED', code = 'NO_ANSWERER', message = NO_ANSWERER_MESSAGE})
+end
+
+-- Everyone at the current tier declined or released: offer to the next tier, or fail.
+-- Checks before writing; returns nil when a needed stream was not declared.
+local function plan_fall_through(req, groups_key, live_key)
+  local tier = tonumber(redis.call('HGET', req, 'tier'))
+  local priority, members = route(groups_key, live_key, tier, now_ms())
+  if priority ~= nil and not tier_stream(priority) then return nil end
+  return {priority = priority, members = members}
+end
+
+local function fall_through(k, request_id, plan)
+  if plan.priority == nil then
+    settle(k, request_id, 'FAILED', 'NO_ANSWERER', no_answerer_body(), '')
+    return 'FAILED'
+  end
+  ack_offer(k.req)
+  offer_to(k.req, request_id, plan.priority, plan.members)
+  redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*',
+    'request', request_id, 'state', 'OFFERED', 'code', '', 'by', '', 'tier', plan.priority)
+  return 'OFFERED'
+end

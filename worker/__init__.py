@@ -20,11 +20,14 @@ from ._models import (
 from ._runtime import AnswererRuntime
 from ._seam import AbortSignal, Seam, Status
 from ._settings import Settings
+from ._sync import SyncSeam
+from ._tool import TOOL_NAME, AskUserQuestionTool, ToolResult, input_schema, input_schema_json
 
 __all__ = [
     "AbortSignal",
     "Answer",
     "Answerer",
+    "AskUserQuestionTool",
     "AnswererOptions",
     "AnswererRuntime",
     "Answers",
@@ -43,6 +46,11 @@ __all__ = [
     "Settings",
     "Settlement",
     "Status",
+    "SyncSeam",
+    "TOOL_NAME",
+    "ToolResult",
+    "input_schema",
+    "input_schema_json",
     "parse_answers",
     "parse_input",
 ]

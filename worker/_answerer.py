@@ -31,30 +31,33 @@ class GroupHandle:
     """What an answerer may do on behalf of its group."""
 
     def __init__(
-        self, seam: Seam, group: str, on_done: Callable[[str], None] | None = None
+        self,
+        seam: Seam,
+        group: str,
+        *,
+        take: Callable[[str], Offer | None] | None = None,
+        restore: Callable[[Offer], None] | None = None,
     ) -> None:
         self.seam = seam
         self.name = group
-        self._on_done = on_done
-
-    def _done(self, request_id: str) -> None:
-        if self._on_done is not None:
-            self._on_done(request_id)
+        self._take = take or (lambda request_id: None)
+        self._restore = restore or (lambda offer: None)
 
     async def answer(self, request_id: str, answers: Any, *, by: str) -> Answers:
         """Submit an answer; raises AskError (ALREADY_SETTLED, INVALID_REQUEST, ...)."""
+        # Stop showing it before the answer lands, so this replica's own answer does not
+        # come back to it as "answered elsewhere"; a refused answer puts it back.
+        shown = self._take(request_id)
         try:
-            result = await self.seam.answer(request_id, self.name, answers, by=by)
+            return await self.seam.answer(request_id, self.name, answers, by=by)
         except AskError as exc:
-            if exc.code is not ErrorCode.INVALID_REQUEST:
-                self._done(request_id)
+            if exc.code is ErrorCode.INVALID_REQUEST and shown is not None:
+                self._restore(shown)
             raise
-        self._done(request_id)
-        return result
 
     async def release(self, request_id: str) -> bool:
         """Give the claim back (the question could not be shown, or the human passed)."""
-        self._done(request_id)
+        self._take(request_id)
         return await self.seam.release(request_id, self.name)
 
 

@@ -22,7 +22,9 @@ from ._settings import Settings
 CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 
 
-def _base_kwargs(source: Redis | None, settings: Settings) -> tuple[type, dict[str, Any]]:
+def _base_kwargs(
+    source: Redis | None, settings: Settings, name: str | None
+) -> tuple[type, dict[str, Any]]:
     if source is None:
         template = ConnectionPool.from_url(settings.redis_url)
         cls, kwargs = template.connection_class, dict(template.connection_kwargs)
@@ -30,6 +32,8 @@ def _base_kwargs(source: Redis | None, settings: Settings) -> tuple[type, dict[s
         pool = source.connection_pool
         cls, kwargs = pool.connection_class, dict(pool.connection_kwargs)
     kwargs["decode_responses"] = True
+    if name:
+        kwargs["client_name"] = name  # CLIENT LIST shows which process holds what
     # A failed command is reported, not silently re-sent: re-sending a blocking read or
     # a non-idempotent script after a lost reply is exactly what must not happen here.
     kwargs.pop("retry", None)
@@ -38,9 +42,9 @@ def _base_kwargs(source: Redis | None, settings: Settings) -> tuple[type, dict[s
     return cls, kwargs
 
 
-def command_client(source: Redis | None, settings: Settings) -> Redis:
+def command_client(source: Redis | None, settings: Settings, name: str | None = None) -> Redis:
     """The process's command client: at most `max_connections` connections."""
-    cls, kwargs = _base_kwargs(source, settings)
+    cls, kwargs = _base_kwargs(source, settings, name)
     kwargs["socket_timeout"] = settings.socket_timeout
     pool = BlockingConnectionPool(
         connection_class=cls, max_connections=settings.max_connections, timeout=None, **kwargs
@@ -48,13 +52,13 @@ def command_client(source: Redis | None, settings: Settings) -> Redis:
     return Redis(connection_pool=pool)
 
 
-def blocking_client(source: Redis | None, settings: Settings) -> Redis:
+def blocking_client(source: Redis | None, settings: Settings, name: str | None = None) -> Redis:
     """A single connection for one blocking loop (BLPOP, XREADGROUP BLOCK, XREAD BLOCK).
 
     Its socket timeout exceeds the block time, so a long block is not mistaken for a
     dead server, while a dead server is still noticed within one block period.
     """
-    cls, kwargs = _base_kwargs(source, settings)
+    cls, kwargs = _base_kwargs(source, settings, name)
     kwargs["socket_timeout"] = settings.block_seconds + settings.socket_timeout
     pool = BlockingConnectionPool(connection_class=cls, max_connections=1, timeout=None, **kwargs)
     return Redis(connection_pool=pool)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     """Why an ask (or an answer, or a command) failed.
 
     The first five are the outcomes the model can see in its tool result; the rest

@@ -80,9 +80,13 @@ class Question(_Strict):
 
 
 class AskInput(_Strict):
-    """The tool input: `{"questions": [...]}`."""
+    """Questions to put to the user; they are answered together."""
 
-    questions: list[Question] = Field(min_length=1, max_length=MAX_QUESTIONS)
+    questions: list[Question] = Field(
+        min_length=1,
+        max_length=MAX_QUESTIONS,
+        description="One or more questions; the answers come back in this order.",
+    )
 
 
 class Answer(_Strict):
@@ -178,7 +182,9 @@ class Retraction(_Strict):
 def scope_matches(selector: dict[str, str], scope: dict[str, str]) -> bool:
     """A group's scope selector accepts a request when every selector key is in the
     request's scope with a matching value (shell-style patterns: `acme-*`)."""
-    return all(key in scope and fnmatchcase(scope[key], pattern) for key, pattern in selector.items())
+    return all(
+        key in scope and fnmatchcase(scope[key], pattern) for key, pattern in selector.items()
+    )
 
 
 def compact_json(value: Any) -> str:
@@ -244,33 +250,32 @@ def parse_answers(questions: list[Question], raw: Any) -> Answers:
             problems.append(f'answers[{ai}].id: no question with id "{a.id}"')
         by_id.setdefault(a.id, a)
     for q in questions:
-        a = by_id.get(q.id)
+        given = by_id.get(q.id)
         where = f'answer to "{q.id}"'
-        if a is None:
+        if given is None:
             problems.append(f"{where}: missing")
             continue
         labels = set(q.labels)
-        for label in a.selected:
+        for label in given.selected:
             if label not in labels:
                 problems.append(f'{where}.selected: no option labelled "{label}"')
-        if len(set(a.selected)) != len(a.selected):
+        if len(set(given.selected)) != len(given.selected):
             problems.append(f"{where}.selected: a label is selected twice")
-        custom = a.custom.strip() if a.custom is not None else ""
+        custom = given.custom.strip() if given.custom is not None else ""
         if not q.options:
             if not custom:
                 problems.append(f"{where}.custom: a free-text question needs custom text")
         elif not q.multi_select:
-            if len(a.selected) > 1:
+            if len(given.selected) > 1:
                 problems.append(f"{where}.selected: single-select takes at most one label")
-            if not a.selected and not custom:
+            if not given.selected and not custom:
                 problems.append(f"{where}: choose one option or give custom text")
     _raise_invalid(problems)
     # Blank custom text counts as unused, so it is omitted from the result.
+    ordered = [by_id[q.id] for q in questions]
     return Answers(
         answers=[
-            by_id[q.id].model_copy(update={"custom": None})
-            if by_id[q.id].custom is not None and not by_id[q.id].custom.strip()  # type: ignore[union-attr]
-            else by_id[q.id]
-            for q in questions
+            a if (a.custom or "").strip() else a.model_copy(update={"custom": None})
+            for a in ordered
         ]
     )

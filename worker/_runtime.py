@@ -28,6 +28,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from ._answerer import Answerer, GroupHandle
+from ._blocking import BlockingLoop
 from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
 from ._models import AskRequest, Offer, Retraction, scope_matches
@@ -67,10 +68,17 @@ class AnswererRuntime:
         self.stream = seam.keys.tier(self.priority)
         self.presented: dict[str, Offer] = {}
         self.ready = asyncio.Event()
-        self._handle = GroupHandle(seam, group, on_done=self._done)
+        self._handle = GroupHandle(
+            seam,
+            group,
+            take=lambda request_id: self.presented.pop(request_id, None),
+            restore=lambda offer: self.presented.__setitem__(offer.request_id, offer),
+        )
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[None]] = set()
         self._events_from = "$"
+        self._own_cursor: str | None = "0"
+        self._block_ms = int(seam.settings.block_seconds * 1000)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -78,18 +86,24 @@ class AnswererRuntime:
         """Register, then serve until cancelled."""
         await self._register()
         await self.answerer.start(self._handle)
-        loops = [
-            asyncio.create_task(self._heartbeat_loop(), name=f"askq-{self.group}-heartbeat"),
-            asyncio.create_task(self._events_loop(), name=f"askq-{self.group}-events"),
-            asyncio.create_task(self._offers_loop(), name=f"askq-{self.group}-offers"),
+        connect = self.seam.blocking_connection
+        blocking = [
+            BlockingLoop(f"askq-{self.group}-offers", connect, self._read_offers, self._reread_own),
+            BlockingLoop(
+                f"askq-{self.group}-events", connect, self._read_events, self._resync_presented
+            ),
         ]
+        heartbeat = asyncio.create_task(self._heartbeat_loop(), name=f"askq-{self.group}-beat")
         self.ready.set()
         try:
-            await asyncio.gather(*loops)
+            await asyncio.gather(heartbeat, *(loop.start() for loop in blocking))
         finally:
-            for task in loops + list(self._tasks):
+            heartbeat.cancel()
+            for loop in blocking:
+                await loop.close()
+            for task in list(self._tasks):
                 task.cancel()
-            await asyncio.gather(*loops, *self._tasks, return_exceptions=True)
+            await asyncio.gather(heartbeat, *self._tasks, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await self.answerer.stop()
             with contextlib.suppress(Exception):
@@ -109,7 +123,7 @@ class AnswererRuntime:
                     raise
             info = {"kind": self.answerer.kind, "scope": self.scope, "priority": self.priority}
             async with redis.pipeline(transaction=True) as pipe:
-                pipe.hset(k.groups, self.group, self.priority)
+                pipe.hset(k.groups, self.group, str(self.priority))
                 pipe.hset(k.group_info, self.group, json.dumps(info, sort_keys=True))
                 await pipe.execute()
             await self._beat()
@@ -148,41 +162,27 @@ class AnswererRuntime:
 
     # --- offers ----------------------------------------------------------------------
 
-    async def _offers_loop(self) -> None:
-        conn = self.seam.blocking_connection()
-        block_ms = int(self.seam.settings.block_seconds * 1000)
-        # First re-read what this consumer held before a restart (its own pending
-        # entries, from id 0 on), then block for new offers.
-        own_cursor: str | None = "0"
-        backoff = 0.05
-        try:
-            while True:
-                try:
-                    reply = await conn.xreadgroup(
-                        self.group,
-                        self.consumer,
-                        {self.stream: own_cursor or ">"},
-                        count=READ_COUNT,
-                        block=None if own_cursor else block_ms,
-                    )
-                    entries = reply[0][1] if reply else []
-                    if own_cursor is not None:
-                        own_cursor = entries[-1][0] if entries else None
-                    for entry_id, fields in entries:
-                        if not fields:  # trimmed away; nothing to recover
-                            await self.seam.redis.xack(self.stream, self.group, entry_id)
-                            continue
-                        await self._spawn(entry_id, fields)
-                    backoff = 0.05
-                except CONNECTION_ERRORS as exc:
-                    log.warning("offers loop of %s lost Redis (%s); reconnecting", self.group, exc)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
-                    own_cursor = "0"
-                    await conn.aclose()
-                    conn = self.seam.blocking_connection()
-        finally:
-            await conn.aclose()
+    async def _read_offers(self, conn: Redis) -> None:
+        # First what this consumer held before a restart (its own pending entries, from
+        # id 0 on), then block for new offers.
+        reply = await conn.xreadgroup(
+            self.group,
+            self.consumer,
+            {self.stream: self._own_cursor or ">"},
+            count=READ_COUNT,
+            block=None if self._own_cursor else self._block_ms,
+        )
+        entries = reply[0][1] if reply else []
+        if self._own_cursor is not None:
+            self._own_cursor = entries[-1][0] if entries else None
+        for entry_id, fields in entries:
+            if not fields:  # trimmed away; nothing to recover
+                await self.seam.redis.xack(self.stream, self.group, entry_id)
+                continue
+            await self._spawn(entry_id, fields)
+
+    async def _reread_own(self, conn: Redis) -> None:
+        self._own_cursor = "0"
 
     async def _spawn(self, entry_id: str, fields: dict[str, str]) -> None:
         await self._in_flight.acquire()
@@ -208,7 +208,7 @@ class AnswererRuntime:
     async def _handle_offer(self, entry_id: str, request_id: str) -> None:
         k = self.seam.keys
         redis = self.seam.redis
-        row = await redis.hmget(
+        row = await redis.hmget(  # type: ignore[misc]
             k.request(request_id),
             ["state", "tier", "offer", "undecided", "claimers", "payload", "inbox"],
         )
@@ -266,9 +266,6 @@ class AnswererRuntime:
             self.presented.pop(offer.request_id, None)
             await self.seam.release(offer.request_id, self.group)
 
-    def _done(self, request_id: str) -> None:
-        self.presented.pop(request_id, None)
-
     # --- recovery --------------------------------------------------------------------
 
     async def _recover_dead_replicas(self) -> None:
@@ -306,34 +303,14 @@ class AnswererRuntime:
 
     # --- retraction ------------------------------------------------------------------
 
-    async def _events_loop(self) -> None:
-        conn: Redis = self.seam.blocking_connection()
-        block_ms = int(self.seam.settings.block_seconds * 1000)
-        backoff = 0.05
-        resync = False
-        try:
-            while True:
-                try:
-                    if resync:
-                        await self._resync_presented()
-                        resync = False
-                    reply = await conn.xread(
-                        {self.seam.keys.events: self._events_from}, count=256, block=block_ms
-                    )
-                    for _, entries in reply or []:
-                        for event_id, fields in entries:
-                            self._events_from = event_id
-                            await self._on_event(fields)
-                    backoff = 0.05
-                except CONNECTION_ERRORS as exc:
-                    log.warning("events loop of %s lost Redis (%s)", self.group, exc)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
-                    resync = True
-                    await conn.aclose()
-                    conn = self.seam.blocking_connection()
-        finally:
-            await conn.aclose()
+    async def _read_events(self, conn: Redis) -> None:
+        reply = await conn.xread(
+            {self.seam.keys.events: self._events_from}, count=256, block=self._block_ms
+        )
+        for _, entries in reply or []:
+            for event_id, fields in entries:
+                self._events_from = event_id
+                await self._on_event(fields)
 
     async def _on_event(self, fields: dict[str, Any]) -> None:
         request_id = fields.get("request", "")
@@ -358,10 +335,10 @@ class AnswererRuntime:
         except Exception:  # noqa: BLE001
             log.exception("%s could not retract %s", self.group, retraction.request_id)
 
-    async def _resync_presented(self) -> None:
+    async def _resync_presented(self, conn: Redis) -> None:
         """After a gap in the events stream, check what we show is still ours."""
         for request_id in list(self.presented):
-            state, by, code, claimers = await self.seam.redis.hmget(
+            state, by, code, claimers = await conn.hmget(  # type: ignore[misc]
                 self.seam.keys.request(request_id), ["state", "by", "code", "claimers"]
             )
             if state is None or state in TERMINAL or self.group not in (claimers or "").split(","):

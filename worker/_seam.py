@@ -121,9 +121,10 @@ class Seam:
             self.settings = settings.model_copy(update=overrides)
         self.keys = Keys(self.settings.prefix)
         self._source = redis
-        self.redis = command_client(redis, self.settings)
-        self._scripts: dict[str, AsyncScript] = {}
         self.process_id = uuid.uuid4().hex
+        self.client_name = f"askq-{self.process_id[:12]}"
+        self.redis = command_client(redis, self.settings, self.client_name)
+        self._scripts: dict[str, AsyncScript] = {}
         self._waiter = ReplyWaiter(
             self.blocking_connection,
             self.keys.inbox(self.process_id),
@@ -140,7 +141,7 @@ class Seam:
 
     def blocking_connection(self) -> Redis:
         """A new single-connection client for one blocking loop."""
-        return blocking_client(self._source, self.settings)
+        return blocking_client(self._source, self.settings, self.client_name)
 
     async def __aenter__(self) -> Seam:
         await self.ping()
@@ -176,7 +177,7 @@ class Seam:
     async def tier_streams(self, refresh: bool = False) -> list[str]:
         """The stream keys of every tier in the registry (scripts must declare them)."""
         if self._tier_cache is None or refresh:
-            priorities = {int(p) for p in await self.redis.hvals(self.keys.groups)}
+            priorities = {int(p) for p in await self.redis.hvals(self.keys.groups)}  # type: ignore[misc]
             self._tier_cache = [self.keys.tier(p) for p in sorted(priorities)]
         return self._tier_cache
 
@@ -273,7 +274,9 @@ class Seam:
         if isinstance(questions, AskInput):
             parsed = questions
         elif isinstance(questions, Sequence) and not isinstance(questions, (str, bytes)):
-            items = [q.model_dump(by_alias=True) if isinstance(q, Question) else q for q in questions]
+            items = [
+                q.model_dump(by_alias=True) if isinstance(q, Question) else q for q in questions
+            ]
             parsed = parse_input({"questions": items})
         else:
             parsed = parse_input(questions)
@@ -335,7 +338,7 @@ class Seam:
         ).model_dump_json(exclude_none=True)
         for attempt in range(8):
             with self.redis_errors():
-                ids = sorted(await self.redis.smembers(k.turn(turn_id)))
+                ids = sorted(await self.redis.smembers(k.turn(turn_id)))  # type: ignore[misc]
                 inboxes = []
                 if ids:
                     async with self.redis.pipeline(transaction=False) as pipe:
@@ -344,7 +347,7 @@ class Seam:
                         inboxes = await pipe.execute()
                 tiers = await self.tier_streams(refresh=attempt > 0)
                 keys = [k.aborted(turn_id), k.turn(turn_id), k.pending, k.events, *tiers]
-                for request_id, inbox in zip(ids, inboxes):
+                for request_id, inbox in zip(ids, inboxes, strict=True):
                     keys += [k.request(request_id), k.reply(request_id), inbox or k.inbox("")]
                 args = [
                     k.tier_prefix,
@@ -402,7 +405,7 @@ class Seam:
         if info is not None:
             return info
         with self.redis_errors():
-            payload, inbox = await self.redis.hmget(
+            payload, inbox = await self.redis.hmget(  # type: ignore[misc]
                 self.keys.request(request_id), ["payload", "inbox"]
             )
         if payload is None:
@@ -496,7 +499,7 @@ class Seam:
                 pipe.hmget(self.keys.request(request_id), fields)
             rows = await pipe.execute()
         out = []
-        for request_id, row in zip(ids, rows):
+        for request_id, row in zip(ids, rows, strict=True):
             state, tier, undecided, claimers, payload, created, by, code = row
             if state is None:
                 continue
@@ -525,8 +528,8 @@ class Seam:
         k = self.keys
         with self.redis_errors():
             now = await self.now_ms()
-            priorities = await self.redis.hgetall(k.groups)
-            infos = await self.redis.hgetall(k.group_info)
+            priorities = await self.redis.hgetall(k.groups)  # type: ignore[misc]
+            infos = await self.redis.hgetall(k.group_info)  # type: ignore[misc]
             groups = []
             for name, priority in sorted(priorities.items(), key=lambda kv: (int(kv[1]), kv[0])):
                 info = json.loads(infos.get(name, "{}"))

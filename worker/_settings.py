@@ -31,9 +31,7 @@ class Settings(BaseSettings):
     settled_ttl: int = Field(
         default=86400, ge=1, description="Seconds a settled request stays readable."
     )
-    abort_ttl: int = Field(
-        default=86400, ge=1, description="Seconds a turn stays marked aborted."
-    )
+    abort_ttl: int = Field(default=86400, ge=1, description="Seconds a turn stays marked aborted.")
     agent_ttl: float = Field(
         default=15.0, gt=0, description="An agent is live this long after its last heartbeat."
     )
@@ -44,5 +42,7 @@ class Settings(BaseSettings):
         " pending offers are recovered by another replica once it has been gone this long.",
     )
     events_maxlen: int = Field(
-        default=10000, ge=100, description="Approximate length the settlement event stream is trimmed to."
+        default=10000,
+        ge=100,
+        description="Approximate length the settlement event stream is trimmed to.",
     )

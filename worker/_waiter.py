@@ -12,15 +12,12 @@ be lost with it), it re-reads the reply keys of every pending ask once reconnect
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 
 from redis.asyncio import Redis
 
-from ._connections import CONNECTION_ERRORS
+from ._blocking import BlockingLoop
 from ._models import Settlement
-
-log = logging.getLogger("askq.waiter")
 
 DRAIN_BATCH = 512
 
@@ -33,13 +30,11 @@ class ReplyWaiter:
         reply_key: Callable[[str], str],
         block_seconds: float,
     ) -> None:
-        self._connect = connect
         self._inbox = inbox
         self._reply_key = reply_key
         self._block_seconds = block_seconds
         self._futures: dict[str, asyncio.Future[Settlement]] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._conn: Redis | None = None
+        self._loop = BlockingLoop("askq-reply-waiter", connect, self._step, self._resync)
 
     @property
     def pending(self) -> int:
@@ -49,8 +44,8 @@ class ReplyWaiter:
         """Register interest before the request is published, so no wake-up is missed."""
         future = asyncio.get_running_loop().create_future()
         self._futures[request_id] = future
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="askq-reply-waiter")
+        if not self._loop.running:
+            self._loop.start()
         return future
 
     def forget(self, request_id: str) -> None:
@@ -67,65 +62,28 @@ class ReplyWaiter:
         except ValueError as exc:  # a corrupt reply must fail its ask, not the loop
             future.set_exception(exc)
 
+    async def _step(self, conn: Redis) -> None:
+        item = await conn.blpop([self._inbox], timeout=max(1, round(self._block_seconds)))  # type: ignore[misc]
+        if item is None:
+            return
+        items = [item[1]]
+        more = await conn.lpop(self._inbox, DRAIN_BATCH)  # type: ignore[misc]
+        if more:
+            items.extend(more)
+        for raw in items:
+            request_id, _, body = raw.partition(" ")
+            self._deliver(request_id, body)
+
     async def _resync(self, conn: Redis) -> None:
         ids = list(self._futures)
         for start in range(0, len(ids), DRAIN_BATCH):
             batch = ids[start : start + DRAIN_BATCH]
             bodies = await conn.mget([self._reply_key(i) for i in batch])
-            for request_id, body in zip(batch, bodies):
+            for request_id, body in zip(batch, bodies, strict=True):
                 if body is not None:
                     self._deliver(request_id, body)
 
-    async def _run(self) -> None:
-        backoff = 0.05
-        resync = False
-        while True:
-            if self._conn is None:
-                self._conn = self._connect()
-            conn = self._conn
-            try:
-                if resync:
-                    await self._resync(conn)
-                    resync = False
-                item = await conn.blpop([self._inbox], timeout=self._block_seconds)
-                if item is None:
-                    continue
-                items = [item[1]]
-                more = await conn.lpop(self._inbox, DRAIN_BATCH)
-                if more:
-                    items.extend(more)
-                for raw in items:
-                    request_id, _, body = raw.partition(" ")
-                    self._deliver(request_id, body)
-                backoff = 0.05
-            except CONNECTION_ERRORS as exc:
-                log.warning("reply waiter lost its connection (%s); reconnecting", exc)
-                resync = True
-                await self._close_conn()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-            except Exception:  # noqa: BLE001 - the loop must outlive any one bad wake-up
-                log.exception("reply waiter failed; re-reading pending replies")
-                resync = True
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-
-    async def _close_conn(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                await conn.aclose()
-            except Exception:  # noqa: BLE001 - closing a broken connection may fail too
-                pass
-
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await self._loop.close()
         for request_id in list(self._futures):
             self.forget(request_id)
-        await self._close_conn()

@@ -1,0 +1,280 @@
+"""The console channel: a person at a terminal answers the questions one at a time.
+
+`present` only queues the request; one UI task shows the queue in arrival order, reads
+the answers line by line and submits them. A request that settles elsewhere is dropped
+from the queue, or, if it is on screen, its prompt is abandoned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import logging
+import re
+import sys
+import threading
+from typing import Any, ClassVar
+
+from rich.console import Console
+from rich.text import Text
+
+from worker._answerer import Answerer, AnswererOptions, GroupHandle
+from worker._errors import AskError, ErrorCode
+from worker._models import MAX_CUSTOM, Offer, Question, Retraction
+
+log = logging.getLogger("askq.console")
+
+OTHER = "Other…"
+# Refusals that mean the request is no longer ours to answer: say so and move on.
+GONE = {ErrorCode.ALREADY_SETTLED, ErrorCode.NOT_CLAIMED, ErrorCode.NOT_FOUND}
+
+
+class ConsoleOptions(AnswererOptions):
+    by: str | None = None  # who answers; `console:<login>` when unset
+
+
+class _InputClosed(Exception):
+    pass
+
+
+class _Invalid(Exception):
+    pass
+
+
+class ConsoleAnswerer(Answerer):
+    kind = "console"
+    Options: ClassVar[type[AnswererOptions]] = ConsoleOptions
+
+    def __init__(
+        self,
+        options: AnswererOptions | None = None,
+        *,
+        input: asyncio.StreamReader | None = None,
+        console: Console | None = None,
+    ) -> None:
+        super().__init__(options)
+        self._reader = input
+        self.console = console if console is not None else Console()
+        self._queue: dict[str, Offer] = {}  # waiting to be shown, in arrival order
+        self._arrived = asyncio.Event()
+        self._current: Offer | None = None
+        self._prompt: asyncio.Task[list[dict[str, Any]]] | None = None
+        self._withdrawn = False  # the request on screen was retracted
+        self._submitting = False
+        self._ui: asyncio.Task[None] | None = None
+        self._transport: asyncio.BaseTransport | None = None
+
+    @property
+    def by(self) -> str:
+        by = getattr(self.options, "by", None)
+        if by:
+            return str(by)
+        try:
+            return f"console:{getpass.getuser()}"
+        except (OSError, KeyError):  # no login name in a bare container
+            return "console"
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def start(self, group: GroupHandle) -> None:
+        await super().start(group)
+        if self._reader is None:
+            self._reader = await self._stdin_reader()
+        self._ui = asyncio.create_task(self._ui_loop(), name="askq-console-ui")
+
+    async def stop(self) -> None:
+        if self._ui is not None:
+            self._ui.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ui
+        if self._transport is not None:
+            self._transport.close()
+
+    async def _stdin_reader(self) -> asyncio.StreamReader:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        try:
+            self._transport, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
+            )
+        except (ValueError, OSError):
+            # A regular file (`< answers.txt`) is not a pipe; read it in a thread instead.
+            def pump() -> None:
+                for line in sys.stdin.buffer:
+                    loop.call_soon_threadsafe(reader.feed_data, line)
+                loop.call_soon_threadsafe(reader.feed_eof)
+
+            threading.Thread(target=pump, name="askq-console-stdin", daemon=True).start()
+        return reader
+
+    # --- the runtime's side ----------------------------------------------------------
+
+    async def present(self, offer: Offer) -> None:
+        current = self._current
+        if offer.request_id in self._queue or (current and current.request_id == offer.request_id):
+            return  # recovered after a reconnect: already queued or on screen
+        self._queue[offer.request_id] = offer
+        self._arrived.set()
+
+    async def retract(self, retraction: Retraction) -> None:
+        offer = self._queue.pop(retraction.request_id, None)
+        if offer is not None:
+            self._say_retracted(offer, retraction)
+            return
+        current = self._current
+        # While our own answer is being submitted, its outcome says what happened.
+        if current is None or current.request_id != retraction.request_id or self._submitting:
+            return
+        self._withdrawn = True
+        self._say_retracted(current, retraction)
+        if self._prompt is not None:
+            self._prompt.cancel()
+
+    # --- the UI task -----------------------------------------------------------------
+
+    async def _ui_loop(self) -> None:
+        while True:
+            while not self._queue:
+                self._arrived.clear()
+                await self._arrived.wait()
+            request_id = next(iter(self._queue))
+            self._current = self._queue.pop(request_id)
+            self._withdrawn = False
+            try:
+                await self._serve(self._current)
+            except _InputClosed:
+                left = len(self._queue) + 1
+                self._say(Text(f"input closed; {left} request(s) left pending", style="yellow"))
+                log.info("console input closed; leaving %d request(s) claimed", left)
+                return
+            finally:
+                self._current = None
+
+    async def _serve(self, offer: Offer) -> None:
+        """Ask every question of the request, submit, and re-ask if the answer is refused."""
+        self._intro(offer)
+        while True:
+            prompt = asyncio.create_task(self._collect(offer))
+            self._prompt = prompt
+            try:
+                await asyncio.wait({prompt})
+            finally:
+                self._prompt = None
+                prompt.cancel()  # only does something when this task itself is cancelled
+            if prompt.cancelled() or self._withdrawn:
+                if not prompt.cancelled():
+                    prompt.exception()  # retrieved, so asyncio does not warn about it
+                return
+            answers = prompt.result()  # raises _InputClosed
+            self._submitting = True
+            try:
+                await self.group.answer(offer.request_id, answers, by=self.by)
+            except AskError as exc:
+                self._say(Text(f"✗ {_headers(offer)}: {exc.message}", style="red"))
+                if exc.code in GONE:
+                    return
+                continue  # INVALID_REQUEST, Redis down: the person may answer again
+            except Exception:
+                log.exception("could not submit the answer to %s", offer.request_id)
+                self._say(Text(f"✗ {_headers(offer)}: could not submit; answer again", style="red"))
+                continue
+            finally:
+                self._submitting = False
+            self._say(Text(f"✓ {_headers(offer)}: answered", style="green"))
+            return
+
+    async def _collect(self, offer: Offer) -> list[dict[str, Any]]:
+        answers = []
+        for index, question in enumerate(offer.questions):
+            self._show(question, index, len(offer.questions))
+            while True:
+                try:
+                    answer = await self._ask(question)
+                except _Invalid as exc:
+                    self._say(Text(f"  {exc}", style="red"))
+                    continue
+                answers.append({"id": question.id, **answer})
+                break
+        return answers
+
+    async def _ask(self, question: Question) -> dict[str, Any]:
+        if not question.options:
+            return {"selected": [], "custom": await self._text("your answer > ")}
+        n = len(question.options)
+        other = n + 1
+        if question.multi_select:
+            line = await self._readline(f"choose any of 1-{other}, comma-separated > ")
+        else:
+            line = await self._readline(f"choose 1-{other} > ")
+        picks = _parse_numbers(line, other)
+        if not question.multi_select and len(picks) != 1:
+            raise _Invalid(f"type one number from 1 to {other}")
+        selected = [question.options[i - 1].label for i in sorted(set(picks)) if i != other]
+        if other not in picks:
+            return {"selected": selected}
+        custom = await self._text(f"{OTHER[:-1]}: your answer > ")
+        # A single-select custom answer replaces the choice; a multi-select one adds to it.
+        return {"selected": selected if question.multi_select else [], "custom": custom}
+
+    async def _text(self, prompt: str) -> str:
+        while True:
+            text = (await self._readline(prompt)).strip()
+            if not text:
+                self._say(Text("  type an answer (it cannot be empty)", style="red"))
+            elif len(text) > MAX_CUSTOM:
+                self._say(Text(f"  too long: at most {MAX_CUSTOM} characters", style="red"))
+            else:
+                return text
+
+    async def _readline(self, prompt: str) -> str:
+        assert self._reader is not None
+        self.console.print(Text(prompt, style="bold"), end="")
+        self.console.file.flush()
+        raw = await self._reader.readline()
+        if not raw:
+            self.console.print()
+            raise _InputClosed
+        return raw.decode(errors="replace").rstrip("\r\n")
+
+    # --- output ----------------------------------------------------------------------
+
+    def _say(self, text: Text) -> None:
+        self.console.print(text, highlight=False)
+
+    def _intro(self, offer: Offer) -> None:
+        caller = offer.caller
+        self._say(Text(f"\n? agent {caller.agent_id} asks (turn {caller.turn_id})", style="dim"))
+
+    def _show(self, question: Question, index: int, total: int) -> None:
+        chip = Text(f"[{question.header}]", style="bold cyan")
+        count = f" ({index + 1}/{total})" if total > 1 else ""
+        self._say(Text.assemble(chip, count, " ", (question.question, "bold")))
+        if not question.options:
+            return
+        for number, option in enumerate(question.options, start=1):
+            line = Text(f"  {number}. {option.label}")
+            if option.description:
+                line.append(f" — {option.description}", style="dim")
+            self._say(line)
+        self._say(Text(f"  {len(question.options) + 1}. {OTHER}", style="italic"))
+
+    def _say_retracted(self, offer: Offer, retraction: Retraction) -> None:
+        self._say(Text(f"✗ {_headers(offer)}: retracted — {retraction.reason}", style="yellow"))
+
+
+def _headers(offer: Offer) -> str:
+    return ", ".join(dict.fromkeys(q.header for q in offer.questions))
+
+
+def _parse_numbers(line: str, other: int) -> list[int]:
+    """`1,3` / `1 3` / `o` into option numbers; raise _Invalid naming the bad token."""
+    picks = []
+    for token in filter(None, re.split(r"[,\s]+", line.strip())):
+        if token.lower() in {"o", "other"}:
+            picks.append(other)
+        elif token.isdigit() and 1 <= int(token) <= other:
+            picks.append(int(token))
+        else:
+            raise _Invalid(f"{token!r} is not a choice: type numbers from 1 to {other}")
+    return picks

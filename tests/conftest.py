@@ -1,0 +1,172 @@
+"""Every test runs twice: against fakeredis (speed) and the real Redis server (truth).
+
+fakeredis is served over TCP (TcpFakeServer, in a thread) so worker subprocesses can
+reach it too; each test gets its own key prefix, so tests never see each other's keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from worker import Answerer, AnswererRuntime, Seam, Settings
+
+REAL_URL = os.environ.get("ASKQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+ROOT = Path(__file__).resolve().parent.parent
+
+# Short timings so liveness and recovery tests finish in seconds.
+FAST = {"consumer_ttl": 1.5, "agent_ttl": 1.5, "block_seconds": 2.0}
+
+
+@dataclass
+class Backend:
+    name: str
+    url: str
+    prefix: str
+
+    def settings(self, **overrides: Any) -> Settings:
+        return Settings(redis_url=self.url, prefix=self.prefix, **{**FAST, **overrides})
+
+    def seam(self, **overrides: Any) -> Seam:
+        return Seam(settings=self.settings(**overrides))
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """Environment for an askq subprocess talking to this backend."""
+        env = dict(os.environ)
+        env.update(
+            ASKQ_REDIS_URL=self.url,
+            ASKQ_PREFIX=self.prefix,
+            ASKQ_CONSUMER_TTL=str(FAST["consumer_ttl"]),
+            ASKQ_AGENT_TTL=str(FAST["agent_ttl"]),
+            ASKQ_BLOCK_SECONDS=str(FAST["block_seconds"]),
+            PYTHONPATH=str(ROOT),
+        )
+        env.update(extra)
+        return env
+
+    def sync_client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url, decode_responses=True)
+
+    def keys(self) -> list[str]:
+        client = self.sync_client()
+        try:
+            return sorted(client.scan_iter(match="{" + self.prefix + "}:*", count=1000))
+        finally:
+            client.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def fake_url() -> Iterator[str]:
+    from fakeredis import TcpFakeServer
+
+    port = _free_port()
+    server = TcpFakeServer(("127.0.0.1", port), server_type="redis")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"redis://127.0.0.1:{port}/0"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="session")
+def real_url() -> str:
+    client = redis.Redis.from_url(REAL_URL)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:  # CI starts one; a developer may not have
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"no real Redis at {REAL_URL}: {exc}")
+    finally:
+        client.close()
+    return REAL_URL
+
+
+@pytest.fixture(params=["fake", "real"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    url = request.getfixturevalue(f"{request.param}_url")
+    b = Backend(request.param, url, f"t{uuid.uuid4().hex[:12]}")
+    yield b
+    client = b.sync_client()
+    try:
+        keys = list(client.scan_iter(match="{" + b.prefix + "}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+async def seam(backend: Backend) -> AsyncIterator[Seam]:
+    async with backend.seam() as s:
+        yield s
+
+
+PYTHON = sys.executable
+
+
+@contextlib.asynccontextmanager
+async def running(
+    seam: Seam,
+    answerer: Answerer,
+    group: str,
+    priority: int = 0,
+    scope: dict[str, str] | None = None,
+    consumer: str | None = None,
+) -> AsyncIterator[AnswererRuntime]:
+    """Run one replica of a group for the duration of the block."""
+    runtime = AnswererRuntime(
+        seam, answerer, group=group, priority=priority, scope=scope, consumer=consumer
+    )
+    task = asyncio.create_task(runtime.run())
+    ready = asyncio.create_task(runtime.ready.wait())
+    await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()  # raise what stopped it
+    try:
+        yield runtime
+    finally:
+        task.cancel()
+        ready.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+SEED = {
+    "questions": [
+        {
+            "id": "cleanup",
+            "question": "Proceed with the destructive cleanup?",
+            "header": "Confirm",
+            "options": [
+                {
+                    "label": "Yes, delete them (Recommended)",
+                    "description": "Removes the three stale files.",
+                },
+                {"label": "No, keep them", "description": "Aborts the cleanup."},
+            ],
+        }
+    ]
+}
+YES = [{"id": "cleanup", "selected": ["Yes, delete them (Recommended)"]}]
+NO = [{"id": "cleanup", "selected": ["No, keep them"]}]
+YES_JSON = '{"answers":[{"id":"cleanup","selected":["Yes, delete them (Recommended)"]}]}'
+NO_JSON = '{"answers":[{"id":"cleanup","selected":["No, keep them"]}]}'

@@ -1,0 +1,295 @@
+"""The console answerer, driven through a real worker loop with scripted keyboard input."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from answerers.console import ConsoleAnswerer, ConsoleOptions
+from answerers.memory import MemoryAnswerer
+from worker import AnswererRuntime, Answers, AskError, Caller, ErrorCode, Retraction, Seam
+
+CONFIRM = {
+    "id": "deploy",
+    "question": "Deploy build 42 to production?",
+    "header": "Confirm",
+    "options": [
+        {"label": "Yes (Recommended)", "description": "ship it now"},
+        {"label": "No", "description": "keep staging"},
+    ],
+}
+REGIONS = {
+    "id": "regions",
+    "question": "Which regions?",
+    "header": "Regions",
+    "multiSelect": True,
+    "options": [{"label": "eu"}, {"label": "us"}, {"label": "ap"}],
+}
+NAME = {"id": "name", "question": "Name the release", "header": "Name"}
+PROMPT = " > "
+
+
+@dataclass
+class Desk:
+    """One console worker and the person in front of it."""
+
+    seam: Seam
+    reader: asyncio.StreamReader
+    out: io.StringIO
+    runtime: AnswererRuntime
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.out.getvalue()
+
+    async def until(self, needle: str, count: int = 1, timeout: float = 2.0) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                while self.text.count(needle) < count:
+                    await asyncio.sleep(0.005)
+        except TimeoutError:
+            pytest.fail(f"never saw {needle!r} x{count} in:\n{self.text}")
+
+    async def type(self, line: str, prompts: int) -> None:
+        """Wait for the `prompts`-th prompt, then type a line."""
+        await self.until(PROMPT, prompts)
+        self.reader.feed_data(line.encode() + b"\n")
+
+    def ask(self, *questions: dict[str, Any], turn: str = "t") -> asyncio.Task[Answers]:
+        task = asyncio.create_task(
+            self.seam.ask(list(questions), Caller(agent_id="a", turn_id=turn))
+        )
+        self.tasks.append(task)
+        return task
+
+    async def serve(self, answerer: Any, group: str) -> AnswererRuntime:
+        runtime = AnswererRuntime(self.seam, answerer, group=group, priority=0)
+        self.tasks.append(asyncio.create_task(runtime.run()))
+        await asyncio.wait_for(runtime.ready.wait(), 2)
+        return runtime
+
+
+async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
+    for task in reversed(tasks):
+        task.cancel()
+    for task in reversed(tasks):
+        with contextlib.suppress(asyncio.CancelledError, AskError):
+            await task
+
+
+@pytest.fixture
+async def make_desk(seam: Seam) -> AsyncIterator[Callable[..., Awaitable[Desk]]]:
+    desks: list[Desk] = []
+
+    async def make(answerer_cls: type[ConsoleAnswerer] = ConsoleAnswerer) -> Desk:
+        reader = asyncio.StreamReader()
+        out = io.StringIO()
+        console = Console(file=out, width=120, force_terminal=False)
+        answerer = answerer_cls(ConsoleOptions(by="console:alice"), input=reader, console=console)
+        runtime = AnswererRuntime(seam, answerer, group="console", priority=0)
+        desk = Desk(seam, reader, out, runtime, [asyncio.create_task(runtime.run())])
+        desks.append(desk)
+        await asyncio.wait_for(runtime.ready.wait(), 2)
+        return desk
+
+    yield make
+    for d in desks:
+        await _cancel(d.tasks)
+
+
+@pytest.fixture
+async def desk(make_desk: Callable[..., Awaitable[Desk]]) -> Desk:
+    return await make_desk()
+
+
+async def test_single_select(desk: Desk) -> None:
+    asked = desk.ask(CONFIRM)
+    await desk.type("1", prompts=1)
+    answers = await asyncio.wait_for(asked, 2)
+    assert answers.to_json() == '{"answers":[{"id":"deploy","selected":["Yes (Recommended)"]}]}'
+    await desk.until("✓ Confirm: answered")
+    out = desk.text
+    assert "[Confirm] Deploy build 42 to production?" in out
+    assert "1. Yes (Recommended) — ship it now" in out
+    assert "3. Other…" in out
+
+
+async def test_single_select_other_overrides(desk: Desk) -> None:
+    asked = desk.ask(CONFIRM)
+    await desk.type("o", prompts=1)
+    await desk.type("after the freeze", prompts=2)
+    answers = await asyncio.wait_for(asked, 2)
+    assert answers.to_json() == (
+        '{"answers":[{"id":"deploy","selected":[],"custom":"after the freeze"}]}'
+    )
+
+
+async def test_multi_select_with_other(desk: Desk) -> None:
+    asked = desk.ask(REGIONS, CONFIRM)
+    await desk.type("3, 1 4", prompts=1)
+    await desk.type("sa-east too", prompts=2)
+    await desk.type("2", prompts=3)
+    answers = await asyncio.wait_for(asked, 2)
+    assert answers.to_json() == (
+        '{"answers":[{"id":"regions","selected":["eu","ap"],"custom":"sa-east too"},'
+        '{"id":"deploy","selected":["No"]}]}'
+    )
+    assert "[Regions] (1/2) Which regions?" in desk.text
+    assert "[Confirm] (2/2)" in desk.text
+
+
+async def test_multi_select_none(desk: Desk) -> None:
+    asked = desk.ask(REGIONS)
+    await desk.type("", prompts=1)
+    answers = await asyncio.wait_for(asked, 2)
+    assert answers.to_json() == '{"answers":[{"id":"regions","selected":[]}]}'
+
+
+async def test_free_text(desk: Desk) -> None:
+    asked = desk.ask(NAME)
+    await desk.type("   ", prompts=1)  # blank is refused
+    await desk.type("  Hazel  ", prompts=2)
+    answers = await asyncio.wait_for(asked, 2)
+    assert answers.to_json() == '{"answers":[{"id":"name","selected":[],"custom":"Hazel"}]}'
+    assert "cannot be empty" in desk.text
+    assert "Other…" not in desk.text
+
+
+async def test_invalid_input_then_valid(desk: Desk) -> None:
+    asked = desk.ask(CONFIRM)
+    await desk.type("9", prompts=1)
+    await desk.type("yes please", prompts=2)
+    await desk.type("1,2", prompts=3)
+    await desk.type("0", prompts=4)
+    await desk.type("2", prompts=5)
+    answers = await asyncio.wait_for(asked, 2)
+    assert answers.to_json() == '{"answers":[{"id":"deploy","selected":["No"]}]}'
+    out = desk.text
+    assert "'9' is not a choice: type numbers from 1 to 3" in out
+    assert "'yes' is not a choice" in out
+    assert "type one number from 1 to 3" in out
+    assert "'0' is not a choice" in out
+    assert out.count("[Confirm] Deploy") == 1  # re-prompted, not re-shown
+
+
+async def test_two_requests_one_after_another(desk: Desk) -> None:
+    first = desk.ask(CONFIRM)
+    await desk.until(PROMPT)
+    second = desk.ask(NAME, turn="t2")
+    async with asyncio.timeout(2):
+        while len(desk.runtime.presented) < 2:
+            await asyncio.sleep(0.005)
+    assert "[Name]" not in desk.text  # queued behind the question on screen
+    desk.reader.feed_data(b"2\n")
+    await desk.type("Hazel", prompts=2)
+    assert (await asyncio.wait_for(first, 2)).to_json() == (
+        '{"answers":[{"id":"deploy","selected":["No"]}]}'
+    )
+    assert (await asyncio.wait_for(second, 2)).to_json() == (
+        '{"answers":[{"id":"name","selected":[],"custom":"Hazel"}]}'
+    )
+    assert desk.text.index("[Confirm]") < desk.text.index("[Name]")
+
+
+async def test_retracted_while_prompting(desk: Desk) -> None:
+    first = desk.ask(CONFIRM)
+    await desk.until(PROMPT)
+    second = desk.ask(NAME, turn="t2")
+    async with asyncio.timeout(2):
+        while len(desk.runtime.presented) < 2:
+            await asyncio.sleep(0.005)
+    assert await desk.seam.abort_turn("t") == 1
+    with pytest.raises(AskError) as err:
+        await asyncio.wait_for(first, 2)
+    assert err.value.code is ErrorCode.ABORTED
+    await desk.until("✗ Confirm: retracted — cancelled (turn aborted)")
+    await desk.type("Hazel", prompts=2)  # the next question took over the prompt
+    assert (await asyncio.wait_for(second, 2)).to_json() == (
+        '{"answers":[{"id":"name","selected":[],"custom":"Hazel"}]}'
+    )
+
+
+async def test_retracted_while_queued(desk: Desk) -> None:
+    first = desk.ask(CONFIRM)
+    await desk.until(PROMPT)
+    second = desk.ask(NAME, turn="t2")
+    async with asyncio.timeout(2):
+        while len(desk.runtime.presented) < 2:
+            await asyncio.sleep(0.005)
+    await desk.seam.abort_turn("t2")
+    await desk.until("✗ Name: retracted — cancelled (turn aborted)")
+    with pytest.raises(AskError):
+        await asyncio.wait_for(second, 2)
+    await desk.type("1", prompts=1)
+    await asyncio.wait_for(first, 2)
+    await desk.until("✓ Confirm: answered")
+    await asyncio.sleep(0.05)
+    assert "[Name]" not in desk.text  # dropped, never shown
+
+
+async def test_answered_elsewhere(desk: Desk) -> None:
+    other = MemoryAnswerer()
+    await desk.serve(other, "slack")
+    asked = desk.ask(CONFIRM)
+    await desk.until(PROMPT)
+    offer = await other.next_presented(2)
+    await other.answer(offer.request_id, [{"id": "deploy", "selected": ["No"]}], by="slack:U123")
+    assert (await asyncio.wait_for(asked, 2)).to_json() == (
+        '{"answers":[{"id":"deploy","selected":["No"]}]}'
+    )
+    await desk.until("✗ Confirm: retracted — answered elsewhere by slack:U123")
+    # The abandoned prompt does not swallow the next request's input.
+    nxt = desk.ask(NAME, turn="t2")
+    await desk.type("Hazel", prompts=2)
+    assert '"custom":"Hazel"' in (await asyncio.wait_for(nxt, 2)).to_json()
+
+
+class _Deaf(ConsoleAnswerer):
+    """Misses retractions, as a console would whose events stream lagged."""
+
+    async def retract(self, retraction: Retraction) -> None:
+        return None
+
+
+async def test_late_answer_is_refused(make_desk: Callable[..., Awaitable[Desk]]) -> None:
+    desk = await make_desk(_Deaf)
+    other = MemoryAnswerer()
+    await desk.serve(other, "slack")
+    asked = desk.ask(CONFIRM)
+    await desk.until(PROMPT)
+    offer = await other.next_presented(2)
+    await other.answer(offer.request_id, [{"id": "deploy", "selected": ["No"]}], by="slack:U123")
+    await asyncio.wait_for(asked, 2)
+    await desk.type("1", prompts=1)
+    await desk.until("✗ Confirm: already settled: answered by slack:U123")
+    nxt = desk.ask(NAME, turn="t2")
+    await desk.type("Hazel", prompts=2)  # moved on to the next request
+    await asyncio.wait_for(nxt, 2)
+
+
+async def test_input_closed_leaves_claim(desk: Desk) -> None:
+    asked = desk.ask(CONFIRM)
+    await desk.until(PROMPT)
+    desk.reader.feed_eof()
+    await desk.until("input closed; 1 request(s) left pending")
+    status = (await desk.seam.status()).requests
+    assert [(r.state, r.claimers) for r in status] == [("CLAIMED", ["console"])]
+    assert not asked.done()
+    await desk.seam.abort_turn("t")
+    with pytest.raises(AskError):
+        await asyncio.wait_for(asked, 2)
+
+
+async def test_default_by_is_the_login(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("getpass.getuser", lambda: "bob")
+    assert ConsoleAnswerer().by == "console:bob"
+    assert ConsoleAnswerer(ConsoleOptions(by="ops")).by == "ops"
+    assert ConsoleAnswerer.kind == "console"

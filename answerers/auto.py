@@ -248,21 +248,24 @@ def _pick_labels(question: Question, wanted: tuple[str, ...]) -> list[str] | Non
     return picked
 
 
-class AutoAnswerer(Answerer):
+class AutoOptions(AnswererOptions):
+    rules: Path | None = Field(default=None, description="Rules file (.toml, .yaml, .yml).")
+    policy: Policy = Field(
+        default="recommended", description="Answer to a question no rule matches."
+    )
+
+
+class AutoAnswerer(Answerer[AutoOptions]):
     kind = "auto"
+    Options = AutoOptions
 
-    class Options(AnswererOptions):
-        rules: Path | None = Field(default=None, description="Rules file (.toml, .yaml, .yml).")
-        policy: Policy = Field(
-            default="recommended", description="Answer to a question no rule matches."
-        )
-
-    def __init__(self, options: AutoAnswerer.Options | None = None) -> None:
-        opts = options if options is not None else AutoAnswerer.Options()
-        super().__init__(opts)
-        self.policy: Policy = opts.policy
+    def __init__(self, options: AutoOptions | None = None) -> None:
+        super().__init__(options)
+        self.policy: Policy = self.options.policy
         # Loaded now, so a bad file stops the worker before it joins the waterfall.
-        self.rules: list[CompiledRule] = load_rules(opts.rules) if opts.rules else []
+        self.rules: list[CompiledRule] = (
+            load_rules(self.options.rules) if self.options.rules else []
+        )
         self._plans: OrderedDict[str, Plan] = OrderedDict()
 
     # --- the rules, without Redis -------------------------------------------------------

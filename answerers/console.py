@@ -14,7 +14,7 @@ import logging
 import re
 import sys
 import threading
-from typing import Any, ClassVar
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -42,13 +42,13 @@ class _Invalid(Exception):
     pass
 
 
-class ConsoleAnswerer(Answerer):
+class ConsoleAnswerer(Answerer[ConsoleOptions]):
     kind = "console"
-    Options: ClassVar[type[AnswererOptions]] = ConsoleOptions
+    Options = ConsoleOptions
 
     def __init__(
         self,
-        options: AnswererOptions | None = None,
+        options: ConsoleOptions | None = None,
         *,
         input: asyncio.StreamReader | None = None,
         console: Console | None = None,
@@ -67,9 +67,8 @@ class ConsoleAnswerer(Answerer):
 
     @property
     def by(self) -> str:
-        by = getattr(self.options, "by", None)
-        if by:
-            return str(by)
+        if self.options.by:
+            return self.options.by
         try:
             return f"console:{getpass.getuser()}"
         except (OSError, KeyError):  # no login name in a bare container

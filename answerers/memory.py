@@ -10,11 +10,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from worker._answerer import Answerer
+from worker._answerer import Answerer, AnswererOptions
 from worker._models import Offer, Retraction
 
 
-class MemoryAnswerer(Answerer):
+class MemoryAnswerer(Answerer[AnswererOptions]):
     kind = "memory"
 
     def __init__(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from answerers.auto import AutoAnswerer
+from answerers.auto import AutoAnswerer, AutoOptions
 from answerers.memory import MemoryAnswerer
 from worker import Answerer, AnswererRuntime, AskError, Caller, ErrorCode, Offer, Seam
 
@@ -77,7 +77,7 @@ def auto(tmp_path: Path | None = None, rules: str | None = None, **options: Any)
     if rules is not None:
         assert tmp_path is not None
         options["rules"] = write(tmp_path, rules)
-    return AutoAnswerer(AutoAnswerer.Options(**options))
+    return AutoAnswerer(AutoOptions(**options))
 
 
 def compact(a: AutoAnswerer, o: Offer) -> str | None:
@@ -259,20 +259,20 @@ def test_yaml_rules(tmp_path: Path) -> None:
         "    custom: askq\n",
         "rules.yaml",
     )
-    a = AutoAnswerer(AutoAnswerer.Options(rules=path))
+    a = AutoAnswerer(AutoOptions(rules=path))
     assert compact(a, offer(CLEANUP, NAME, scope={"tenant": "acme-1"})) == (
         '{"answers":[{"id":"cleanup","selected":["No, keep them"]},'
         '{"id":"name","selected":[],"custom":"askq"}]}'
     )
-    empty = AutoAnswerer(AutoAnswerer.Options(rules=write(tmp_path, "", "empty.yml")))
+    empty = AutoAnswerer(AutoOptions(rules=write(tmp_path, "", "empty.yml")))
     assert empty.rules == []
 
 
 def test_options_are_checked() -> None:
     with pytest.raises(ValidationError):
-        AutoAnswerer.Options(policy="custom")  # type: ignore[arg-type]
+        AutoOptions(policy="custom")  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
-        AutoAnswerer.Options(rulez="x")  # type: ignore[call-arg]
+        AutoOptions(rulez="x")  # type: ignore[call-arg]
 
 
 # --- config errors ----------------------------------------------------------------------
@@ -315,7 +315,7 @@ TOML_ERRORS = [
 def test_toml_config_errors_name_file_and_field(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path, text)
     with pytest.raises(AskError) as info:
-        AutoAnswerer(AutoAnswerer.Options(rules=path))
+        AutoAnswerer(AutoOptions(rules=path))
     assert info.value.code is ErrorCode.CONFIG_ERROR
     assert info.value.message.startswith(f"{path}: ")
     assert message in info.value.message
@@ -338,7 +338,7 @@ YAML_ERRORS = [
 def test_yaml_config_errors_name_file_and_field(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path, text, "rules.yml")
     with pytest.raises(AskError) as info:
-        AutoAnswerer(AutoAnswerer.Options(rules=path))
+        AutoAnswerer(AutoOptions(rules=path))
     assert info.value.code is ErrorCode.CONFIG_ERROR
     assert info.value.message.startswith(f"{path}: ")
     assert message in info.value.message
@@ -347,19 +347,19 @@ def test_yaml_config_errors_name_file_and_field(tmp_path: Path, text: str, messa
 def test_several_problems_are_reported_together(tmp_path: Path) -> None:
     path = write(tmp_path, '[[rule]]\naction = "label"\n[[rule]]\naction = "custom"\n')
     with pytest.raises(AskError) as info:
-        AutoAnswerer(AutoAnswerer.Options(rules=path))
+        AutoAnswerer(AutoOptions(rules=path))
     assert "rule[0].label" in info.value.message and "rule[1].custom" in info.value.message
 
 
 def test_file_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     missing = tmp_path / "nope.toml"
     with pytest.raises(AskError, match="nope.toml: cannot read rules file"):
-        AutoAnswerer(AutoAnswerer.Options(rules=missing))
+        AutoAnswerer(AutoOptions(rules=missing))
     with pytest.raises(AskError, match=r"rules\.json: unknown rules format"):
-        AutoAnswerer(AutoAnswerer.Options(rules=write(tmp_path, "{}", "rules.json")))
+        AutoAnswerer(AutoOptions(rules=write(tmp_path, "{}", "rules.json")))
     monkeypatch.setitem(sys.modules, "yaml", None)  # as if PyYAML were not installed
     with pytest.raises(AskError, match=r"pip install 'askq\[auto\]'") as info:
-        AutoAnswerer(AutoAnswerer.Options(rules=write(tmp_path, "rule: []", "rules.yaml")))
+        AutoAnswerer(AutoOptions(rules=write(tmp_path, "rule: []", "rules.yaml")))
     assert info.value.code is ErrorCode.CONFIG_ERROR
 
 
@@ -472,7 +472,7 @@ async def test_answers_by_rules(seam: Seam, tmp_path: Path) -> None:
         'label = "No, keep them"\n'
         '[[rule]]\nheader = "Name"\naction = "custom"\ncustom = "askq"\n',
     )
-    async with running(seam, AutoAnswerer(AutoAnswerer.Options(rules=rules)), "auto", 0):
+    async with running(seam, AutoAnswerer(AutoOptions(rules=rules)), "auto", 0):
         assert await ask(seam, CLEANUP, NAME, LANGS, scope={"tenant": "acme-eu"}) == (
             '{"answers":[{"id":"cleanup","selected":["No, keep them"]},'
             '{"id":"name","selected":[],"custom":"askq"},'
@@ -489,7 +489,7 @@ async def test_decline_falls_through_to_the_next_tier(seam: Seam, tmp_path: Path
         reply=lambda o: [{"id": qq.id, "selected": [qq.labels[-1]]} for qq in o.questions]
     )
     async with (
-        running(seam, AutoAnswerer(AutoAnswerer.Options(rules=rules)), "auto", 0),
+        running(seam, AutoAnswerer(AutoOptions(rules=rules)), "auto", 0),
         running(seam, memory, "humans", 10),
     ):
         assert await ask(seam, CLEANUP) == (
@@ -500,7 +500,7 @@ async def test_decline_falls_through_to_the_next_tier(seam: Seam, tmp_path: Path
 
 
 async def test_decline_without_another_tier_fails_no_answerer(seam: Seam) -> None:
-    async with running(seam, AutoAnswerer(AutoAnswerer.Options(policy="decline")), "auto", 0):
+    async with running(seam, AutoAnswerer(AutoOptions(policy="decline")), "auto", 0):
         with pytest.raises(AskError) as info:
             await ask(seam, CLEANUP)
     assert info.value.code is ErrorCode.NO_ANSWERER

@@ -10,7 +10,7 @@ group, not to the replica that showed the question.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -44,7 +44,10 @@ class GroupHandle:
         self._restore = restore or (lambda offer: None)
 
     async def answer(self, request_id: str, answers: Any, *, by: str) -> Answers:
-        """Submit an answer; raises AskError (ALREADY_SETTLED, INVALID_REQUEST, ...)."""
+        """Submit an answer; raises AskError (ALREADY_SETTLED, INVALID_REQUEST, ...).
+
+        A refused INVALID_REQUEST leaves the request shown (the human may answer again);
+        any other outcome ends it for this replica."""
         # Stop showing it before the answer lands, so this replica's own answer does not
         # come back to it as "answered elsewhere"; a refused answer puts it back.
         shown = self._take(request_id)
@@ -61,10 +64,18 @@ class GroupHandle:
         return await self.seam.release(request_id, self.name)
 
 
-class Answerer:
+OptionsT = TypeVar("OptionsT", bound=AnswererOptions)
+
+
+class Answerer(Generic[OptionsT]):
     """Base class of every channel. Override `present`; `decide` and `retract` as needed.
 
-    `kind` names the channel (`askq worker KIND`); `Options` declares its settings.
+    `kind` names the channel (`askq worker KIND`); `Options` declares its settings and
+    is the type parameter too, so `self.options` is typed:
+    `class Teams(Answerer[TeamsOptions]): Options = TeamsOptions`.
+
+    An offer recovered from a replica that died after claiming it goes straight to
+    `present`, without `decide`: the group already accepted it.
     """
 
     kind: ClassVar[str] = ""
@@ -72,8 +83,8 @@ class Answerer:
 
     group: GroupHandle
 
-    def __init__(self, options: AnswererOptions | None = None) -> None:
-        self.options = options if options is not None else self.Options()
+    def __init__(self, options: OptionsT | None = None) -> None:
+        self.options: OptionsT = options if options is not None else cast(OptionsT, self.Options())
 
     async def start(self, group: GroupHandle) -> None:
         """Called once before the first offer."""

@@ -8,6 +8,7 @@ party adds a channel (Teams, Discord...) by declaring one in its own package:
 from __future__ import annotations
 
 from importlib.metadata import entry_points
+from typing import Any
 
 from ._answerer import Answerer
 from ._errors import AskError, ErrorCode
@@ -19,7 +20,7 @@ def answerer_kinds() -> list[str]:
     return sorted(ep.name for ep in entry_points(group=GROUP))
 
 
-def load_answerer(kind: str) -> type[Answerer]:
+def load_answerer(kind: str) -> type[Answerer[Any]]:
     found = [ep for ep in entry_points(group=GROUP) if ep.name == kind]
     if not found:
         known = ", ".join(answerer_kinds()) or "none installed"

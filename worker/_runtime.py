@@ -47,7 +47,7 @@ class AnswererRuntime:
     def __init__(
         self,
         seam: Seam,
-        answerer: Answerer,
+        answerer: Answerer[Any],
         *,
         group: str,
         priority: int = 0,

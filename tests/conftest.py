@@ -138,9 +138,10 @@ async def running(
     )
     task = asyncio.create_task(runtime.run())
     ready = asyncio.create_task(runtime.ready.wait())
-    await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED, timeout=15)
     if task.done():
         task.result()  # raise what stopped it
+    assert runtime.ready.is_set(), f"group {group} did not start within 15 s"
     try:
         yield runtime
     finally:

@@ -364,3 +364,29 @@ def test_sync_seam_round_trip(backend: Backend) -> None:
         loop.call_soon_threadsafe(stop.set)
         thread.join(10)
         loop.close()
+
+
+async def test_tier_stream_is_trimmed_but_pending_claims_are_kept(backend: Backend) -> None:
+    async with backend.seam() as seam:
+        holder = MemoryAnswerer()
+        async with (
+            running(seam, holder, "holder", 0, scope={"hold": "yes"}),
+            running(seam, MemoryAnswerer(reply=lambda o: YES), "quick", 0, scope={"hold": "no"}),
+        ):
+            held = await ask_task(seam, scope={"hold": "yes"})
+            claim = await holder.next_presented()
+            for _ in range(40):
+                await seam.ask(SEED, CALLER, scope={"hold": "no"})
+            stream = seam.keys.tier(0)
+            assert await seam.redis.xlen(stream) >= 41
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and await seam.redis.xlen(stream) > 41:
+                await asyncio.sleep(0.1)
+            # Everything before the held claim is gone; the claim's entry stays.
+            first = await seam.redis.xrange(stream, count=1)
+            assert first[0][0] == claim.offer_id
+            await holder.answer(claim.request_id, NO)
+            assert (await held).to_json() == NO_JSON
+            while time.monotonic() < deadline + 5 and await seam.redis.xlen(stream) > 1:
+                await asyncio.sleep(0.1)
+            assert await seam.redis.xlen(stream) <= 1

@@ -24,6 +24,19 @@ log = logging.getLogger("askq.blocking")
 Step = Callable[[Redis], Awaitable[None]]
 
 
+def raise_if_cancelled() -> None:
+    """Raise the cancellation a library swallowed.
+
+    redis-py (on Python 3.11) can lose a cancel that races one of its own internal
+    waits: the awaited command returns or fails as if nothing happened, and a retrying
+    loop would run forever. The task still counts the cancel request, so every loop
+    here checks it once per turn.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class BlockingLoop:
     def __init__(
         self,
@@ -57,6 +70,7 @@ class BlockingLoop:
         backoff = 0.05
         resync = self._resync_first
         while not self._closing:
+            raise_if_cancelled()
             if self._conn is None:
                 self._conn = self._connect()
             try:
@@ -68,9 +82,7 @@ class BlockingLoop:
             except Exception as exc:  # noqa: BLE001 - the loop outlives any one failure
                 if self._closing:
                     return
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise asyncio.CancelledError from exc
+                raise_if_cancelled()
                 if isinstance(exc, CONNECTION_ERRORS):
                     log.warning("%s lost its connection (%s); reconnecting", self.name, exc)
                     await self._drop_conn()

@@ -26,6 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def split_groups(value: str | None) -> list[str]:
+    """The group lists of a request hash (`undecided`, `claimers`) are comma-joined
+    (group names cannot hold commas)."""
+    return [part for part in (value or "").split(",") if part]
+
+
 @dataclass(frozen=True)
 class Keys:
     prefix: str = "askq"

@@ -28,9 +28,10 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from ._answerer import Answerer, GroupHandle
-from ._blocking import BlockingLoop
+from ._blocking import BlockingLoop, raise_if_cancelled
 from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
+from ._keys import split_groups
 from ._models import AskRequest, Offer, Retraction, scope_matches
 from ._seam import RequestInfo, Seam
 
@@ -41,6 +42,11 @@ TERMINAL = {"ANSWERED", "FAILED", "CANCELLED"}
 READ_COUNT = 64
 MAX_IN_FLIGHT = 256
 RECOVER_BATCH = 100
+
+
+def _stream_id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 class AnswererRuntime:
@@ -151,10 +157,12 @@ class AnswererRuntime:
     async def _heartbeat_loop(self) -> None:
         period = self.seam.settings.consumer_ttl / 3
         while True:
+            raise_if_cancelled()
             await asyncio.sleep(period)
             try:
                 await self._beat()
                 await self._recover_dead_replicas()
+                await self._trim_stream()
             except CONNECTION_ERRORS as exc:
                 log.warning("heartbeat of %s failed: %s", self.group, exc)
             except Exception:  # noqa: BLE001 - a heartbeat must keep beating
@@ -179,14 +187,14 @@ class AnswererRuntime:
             if not fields:  # trimmed away; nothing to recover
                 await self.seam.redis.xack(self.stream, self.group, entry_id)
                 continue
-            await self._spawn(entry_id, fields)
+            await self._spawn(entry_id, fields, recovered=self._own_cursor is not None)
 
     async def _reread_own(self, conn: Redis) -> None:
         self._own_cursor = "0"
 
-    async def _spawn(self, entry_id: str, fields: dict[str, str]) -> None:
+    async def _spawn(self, entry_id: str, fields: dict[str, str], *, recovered: bool) -> None:
         await self._in_flight.acquire()
-        task = asyncio.create_task(self._handle_entry(entry_id, fields))
+        task = asyncio.create_task(self._handle_entry(entry_id, fields, recovered))
         self._tasks.add(task)
 
         def finished(t: asyncio.Task[None]) -> None:
@@ -195,17 +203,44 @@ class AnswererRuntime:
 
         task.add_done_callback(finished)
 
-    async def _handle_entry(self, entry_id: str, fields: dict[str, str]) -> None:
+    async def _handle_entry(self, entry_id: str, fields: dict[str, str], recovered: bool) -> None:
         request_id = fields.get("request", "")
         try:
-            await self._handle_offer(entry_id, request_id)
+            if recovered or "payload" not in fields:
+                await self._handle_recovered(entry_id, request_id)
+            else:
+                request = AskRequest.model_validate_json(fields["payload"])
+                self.seam.remember(RequestInfo(request=request, inbox=fields["inbox"]))
+                await self._handle_offer(self._offer(entry_id, request))
         except CONNECTION_ERRORS as exc:
             # Left pending: this replica (on restart) or another one recovers it.
             log.warning("offer %s of %s not handled: %s", request_id, self.group, exc)
         except Exception:  # noqa: BLE001 - one bad offer must not stop the worker
             log.exception("offer %s of %s failed", request_id, self.group)
 
-    async def _handle_offer(self, entry_id: str, request_id: str) -> None:
+    def _offer(self, entry_id: str, request: AskRequest) -> Offer:
+        return Offer(
+            request_id=request.id,
+            group=self.group,
+            tier=self.priority,
+            offer_id=entry_id,
+            questions=request.questions,
+            scope=request.scope,
+            caller=request.caller,
+            created_ms=request.created_ms,
+        )
+
+    async def _handle_offer(self, offer: Offer) -> None:
+        """A fresh offer: decide, then claim or decline. The scripts check that it is
+        still this group's to decide (and acknowledge it when it is not)."""
+        if not await self._decide(offer):
+            await self.seam.decline(offer)
+        elif await self.seam.accept(offer):
+            await self._present(offer)
+
+    async def _handle_recovered(self, entry_id: str, request_id: str) -> None:
+        """An entry that was pending on this or a dead replica: it may be a claim of the
+        group (present it again, without deciding) or an offer not yet decided."""
         k = self.seam.keys
         redis = self.seam.redis
         row = await redis.hmget(  # type: ignore[misc]
@@ -219,32 +254,17 @@ class AnswererRuntime:
             or offer_id != entry_id
             or tier is None
             or int(tier) != self.priority
+            or self.group not in split_groups(undecided) + split_groups(claimers)
         ):
-            await redis.xack(self.stream, self.group, entry_id)  # no longer ours to decide
+            await redis.xack(self.stream, self.group, entry_id)  # no longer ours
             return
         request = AskRequest.model_validate_json(payload)
-        self.seam._remember(RequestInfo(request=request, inbox=inbox))
-        offer = Offer(
-            request_id=request_id,
-            group=self.group,
-            tier=self.priority,
-            offer_id=entry_id,
-            questions=request.questions,
-            scope=request.scope,
-            caller=request.caller,
-            created_ms=request.created_ms,
-        )
-        if self.group in (claimers or "").split(","):
-            await self._present(offer)  # a claim of the group, recovered
-            return
-        if self.group not in (undecided or "").split(","):
-            await redis.xack(self.stream, self.group, entry_id)  # offered before we were live
-            return
-        if not await self._decide(offer):
-            await self.seam.decline(offer)
-            return
-        if await self.seam.accept(offer):
+        self.seam.remember(RequestInfo(request=request, inbox=inbox))
+        offer = self._offer(entry_id, request)
+        if self.group in split_groups(claimers):
             await self._present(offer)
+        else:
+            await self._handle_offer(offer)
 
     async def _decide(self, offer: Offer) -> bool:
         if not scope_matches(self.scope, offer.scope):
@@ -295,11 +315,35 @@ class AnswererRuntime:
                     if fields is None:
                         await redis.xack(self.stream, self.group, entry_id)
                         continue
-                    await self._spawn(entry_id, fields)
+                    await self._spawn(entry_id, fields, recovered=True)
                 if len(entries) < RECOVER_BATCH:
                     break
             await redis.xgroup_delconsumer(self.stream, self.group, name)
             await redis.zrem(k.consumers(self.group), name)
+
+    async def _trim_stream(self) -> None:
+        """Drop the tier's entries every group is done with, so the stream stays bounded.
+
+        Kept: every entry still pending in some group (a claim may be held for hours;
+        recovery needs its entry) and every entry a live group has not read yet. A group
+        that is gone does not hold the stream back: offers made while it was gone were
+        never its to decide.
+        """
+        redis = self.seam.redis
+        now = await self.seam.now_ms()
+        floor: tuple[int, int] | None = None
+        for info in await redis.xinfo_groups(self.stream):
+            name = info["name"]
+            candidates = []
+            if info["pending"]:
+                candidates.append((await redis.xpending(self.stream, name))["min"])
+            live_until = await redis.zscore(self.seam.keys.live, name)
+            if live_until is not None and live_until > now:
+                candidates.append(info["last-delivered-id"])
+            for entry_id in filter(None, candidates):  # None: acknowledged meanwhile
+                floor = min(floor or _stream_id(entry_id), _stream_id(entry_id))
+        if floor is not None:
+            await redis.xtrim(self.stream, minid=f"{floor[0]}-{floor[1]}", approximate=False)
 
     # --- retraction ------------------------------------------------------------------
 
@@ -341,7 +385,7 @@ class AnswererRuntime:
             state, by, code, claimers = await conn.hmget(  # type: ignore[misc]
                 self.seam.keys.request(request_id), ["state", "by", "code", "claimers"]
             )
-            if state is None or state in TERMINAL or self.group not in (claimers or "").split(","):
+            if state is None or state in TERMINAL or self.group not in split_groups(claimers):
                 await self._retract(
                     Retraction(
                         request_id=request_id,

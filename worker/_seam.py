@@ -21,9 +21,10 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
+from ._blocking import raise_if_cancelled
 from ._connections import CONNECTION_ERRORS, blocking_client, command_client, unavailable
 from ._errors import AskError, ErrorCode
-from ._keys import Keys
+from ._keys import Keys, split_groups
 from ._models import (
     Answers,
     AskInput,
@@ -89,10 +90,6 @@ class Status(BaseModel):
     requests: list[RequestStatus]
 
 
-def _split(value: str | None) -> list[str]:
-    return [part for part in (value or "").split(",") if part]
-
-
 def _delegated(caller: Caller, owner: str) -> AskError:
     return AskError(
         ErrorCode.DELEGATED_CALLER,
@@ -156,7 +153,7 @@ class Seam:
 
     async def aclose(self) -> None:
         await self._waiter.aclose()
-        await self.redis.aclose()
+        await self.redis.aclose(close_connection_pool=True)
 
     @contextlib.contextmanager
     def redis_errors(self) -> Iterator[None]:
@@ -262,7 +259,7 @@ class Seam:
             if result[0] == "NO_ANSWERER":
                 raise AskError(ErrorCode.NO_ANSWERER, result[1])
             raise AskError(ErrorCode.INTERNAL, f"unexpected reply to ask: {result}")
-        self._remember(RequestInfo(request=request, inbox=inbox))
+        self.remember(RequestInfo(request=request, inbox=inbox))
         return (await self._wait(request.id, future, signal)).result()
 
     def build_request(
@@ -379,6 +376,7 @@ class Seam:
 
         async def beat() -> None:
             while True:
+                raise_if_cancelled()
                 await asyncio.sleep(self.settings.agent_ttl / 3)
                 with contextlib.suppress(*CONNECTION_ERRORS):
                     await self.redis.set(key, owner or "", px=ttl_ms)
@@ -394,7 +392,8 @@ class Seam:
 
     # --- the answerer side ---------------------------------------------------------
 
-    def _remember(self, info: RequestInfo) -> None:
+    def remember(self, info: RequestInfo) -> None:
+        """Cache a request's immutable facts (the runtime learns them from offers)."""
         self._infos[info.request.id] = info
         self._infos.move_to_end(info.request.id)
         while len(self._infos) > INFO_CACHE:
@@ -411,7 +410,7 @@ class Seam:
         if payload is None:
             raise AskError(ErrorCode.NOT_FOUND, f"no request {request_id!r} (unknown or expired)")
         info = RequestInfo(request=AskRequest.model_validate_json(payload), inbox=inbox)
-        self._remember(info)
+        self.remember(info)
         return info
 
     async def accept(self, offer: Offer) -> bool:
@@ -509,8 +508,8 @@ class Seam:
                     id=request_id,
                     state=state,
                     tier=int(tier) if tier is not None else None,
-                    undecided=_split(undecided),
-                    claimers=_split(claimers),
+                    undecided=split_groups(undecided),
+                    claimers=split_groups(claimers),
                     header=request.questions[0].header,
                     agent=request.caller.agent_id,
                     turn=request.caller.turn_id,

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from ._blocking import BlockingLoop
 from ._models import Settlement
@@ -34,6 +36,7 @@ class ReplyWaiter:
         self._reply_key = reply_key
         self._block_seconds = block_seconds
         self._futures: dict[str, asyncio.Future[Settlement]] = {}
+        self._blmpop = True
         self._loop = BlockingLoop("askq-reply-waiter", connect, self._step, self._resync)
 
     @property
@@ -62,15 +65,29 @@ class ReplyWaiter:
         except ValueError as exc:  # a corrupt reply must fail its ask, not the loop
             future.set_exception(exc)
 
-    async def _step(self, conn: Redis) -> None:
+    async def _pop(self, conn: Redis) -> list[str]:
+        """Block until the inbox has items, then take up to a batch in the same call
+        (BLMPOP, Redis 7); on an older server, BLPOP and drain with LPOP."""
+        if self._blmpop:
+            try:
+                # redis-py's stub types the key as a list; it is spread as key names.
+                inbox: Any = self._inbox
+                reply = await conn.blmpop(  # type: ignore[misc]
+                    self._block_seconds, 1, inbox, direction="LEFT", count=DRAIN_BATCH
+                )
+                return list(reply[1]) if reply else []
+            except ResponseError as exc:
+                if "unknown command" not in str(exc).lower():
+                    raise
+                self._blmpop = False
         item = await conn.blpop([self._inbox], timeout=max(1, round(self._block_seconds)))  # type: ignore[misc]
         if item is None:
-            return
-        items = [item[1]]
+            return []
         more = await conn.lpop(self._inbox, DRAIN_BATCH)  # type: ignore[misc]
-        if more:
-            items.extend(more)
-        for raw in items:
+        return [item[1], *(more or [])]
+
+    async def _step(self, conn: Redis) -> None:
+        for raw in await self._pop(conn):
             request_id, _, body = raw.partition(" ")
             self._deliver(request_id, body)
 

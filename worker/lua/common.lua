@@ -81,9 +81,12 @@ local function ack_offer(req)
   end
 end
 
--- Put the request on the stream of tier `priority`, offered to `members`.
+-- Put the request on the stream of tier `priority`, offered to `members`. The entry
+-- carries the payload, so a worker decides on a fresh offer without reading the hash.
 local function offer_to(req, request_id, priority, members)
-  local entry = redis.call('XADD', tier_prefix .. priority, '*', 'request', request_id)
+  local payload, inbox = unpack(redis.call('HMGET', req, 'payload', 'inbox'))
+  local entry = redis.call('XADD', tier_prefix .. priority, '*', 'request', request_id,
+    'payload', payload, 'inbox', inbox)
   local list = table.concat(members, ',')
   redis.call('HSET', req, 'state', 'OFFERED', 'tier', priority, 'offer', entry,
     'offered', list, 'undecided', list, 'claimers', '')
@@ -104,6 +107,13 @@ local function settle(k, request_id, state, code, body, by)
   redis.call('ZREM', k.pending, request_id)
   redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*',
     'request', request_id, 'state', state, 'code', code, 'by', by)
+end
+
+-- A group is done with an entry of its tier that is no longer its to decide (settled,
+-- moved on, or offered before the group was live): acknowledge it in the same step.
+local function ack_stale(tier, group, entry)
+  local stream = tier_stream(tier)
+  if stream then redis.pcall('XACK', stream, group, entry) end
 end
 
 local function no_answerer_body()

@@ -4,9 +4,20 @@
 -- ARGV[5]: group, [6]: tier, [7]: offer entry id
 local group = ARGV[5]
 local r = load()
-if not r.state or TERMINAL[r.state] then return gone(r) end
-if r.tier ~= ARGV[6] or r.offer ~= ARGV[7] then return {'STALE_OFFER'} end
-if not contains(r.undecided, group) then return {'NOT_OFFERED'} end
+if not r.state or TERMINAL[r.state] then
+  ack_stale(ARGV[6], group, ARGV[7])
+  return gone(r)
+end
+if r.tier ~= ARGV[6] or r.offer ~= ARGV[7] then
+  ack_stale(ARGV[6], group, ARGV[7])
+  return {'STALE_OFFER'}
+end
+-- A claim is not declined away (its entry must stay pending until the claim ends).
+if contains(r.claimers, group) then return {'CLAIMED'} end
+if not contains(r.undecided, group) then
+  ack_stale(ARGV[6], group, ARGV[7])
+  return {'NOT_OFFERED'}
+end
 if not current_stream_declared(r) then return {'STALE'} end
 local undecided = without(r.undecided, group)
 if #undecided == 0 and #r.claimers == 0 then

@@ -16,6 +16,7 @@ import sys
 import threading
 from typing import Any
 
+from pydantic import Field
 from rich.console import Console
 from rich.text import Text
 
@@ -31,7 +32,9 @@ GONE = {ErrorCode.ALREADY_SETTLED, ErrorCode.NOT_CLAIMED, ErrorCode.NOT_FOUND}
 
 
 class ConsoleOptions(AnswererOptions):
-    by: str | None = None  # who answers; `console:<login>` when unset
+    by: str | None = Field(
+        default=None, description="Who answers, as recorded (default: console:<login>)."
+    )
 
 
 class _InputClosed(Exception):

@@ -190,7 +190,8 @@ def worker(
     consumer: str | None,
 ) -> None:
     """Run one replica of an answerer group. KIND is an installed answerer; its own
-    options follow (e.g. `askq worker auto --rules rules.toml --policy first`)."""
+    options follow (e.g. `askq worker auto --rules rules.toml --policy first`); `askq
+    answerers` lists them."""
     settings: Settings = ctx.obj
     selector = _scope(scope)
     try:
@@ -321,9 +322,18 @@ def demo(ctx: click.Context, auto: bool) -> None:
 
 @main.command()
 def answerers() -> None:
-    """List the installed answerer kinds (the `askq.answerers` entry points)."""
+    """List the installed answerer kinds (`askq.answerers` entry points) and the
+    options each takes after `askq worker KIND`."""
     for kind in answerer_kinds():
+        try:
+            cls = load_answerer(kind)
+        except AskError as exc:
+            click.echo(f"{kind}: {exc.message}")
+            continue
         click.echo(kind)
+        for name, field in cls.Options.model_fields.items():
+            flag = "--" + name.replace("_", "-")
+            click.echo(f"  {flag:<16} {field.description or ''}".rstrip())
 
 
 if __name__ == "__main__":  # pragma: no cover

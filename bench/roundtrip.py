@@ -23,22 +23,9 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from worker import Caller, Seam
+from worker._demo import SEED_QUESTION as SEED
 
 ROOT = Path(__file__).resolve().parent.parent
-SEED = {
-    "questions": [
-        {
-            "id": "cleanup",
-            "question": "Proceed with the destructive cleanup?",
-            "header": "Confirm",
-            "options": [
-                {"label": "Yes, delete them (Recommended)", "description": "Removes files."},
-                {"label": "No, keep them", "description": "Aborts the cleanup."},
-            ],
-        }
-    ]
-}
-
 RAW_WORKER = r"""
 import sys, redis
 r = redis.Redis.from_url(sys.argv[1])
@@ -67,8 +54,11 @@ async def raw_cycle(url: str, n: int) -> list[float]:
     client = aioredis.Redis.from_url(url)
     waiter = aioredis.Redis.from_url(url)
     await client.xgroup_create(stream, group, id="$", mkstream=True)
-    proc = subprocess.Popen([sys.executable, "-c", RAW_WORKER, url, stream, group, reply],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RAW_WORKER, url, stream, group, reply],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     samples = []
     try:
@@ -89,10 +79,13 @@ async def raw_cycle(url: str, n: int) -> list[float]:
 
 async def askq_cycle(url: str, n: int) -> list[float]:
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "ASKQ_REDIS_URL": url, "ASKQ_PREFIX": prefix,
-           "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "worker", "worker", "auto"],
-                            stderr=subprocess.PIPE, text=True, env=env)
+    env = {**os.environ, "ASKQ_REDIS_URL": url, "ASKQ_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker", "worker", "auto"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert proc.stderr is not None and proc.stderr.readline().endswith(": ready\n")
     samples = []
     try:

@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from worker import Answerer, AnswererRuntime, Seam, Settings
+from worker._demo import SEED_QUESTION
 
 REAL_URL = os.environ.get("ASKQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,22 +152,7 @@ async def running(
             await task
 
 
-SEED = {
-    "questions": [
-        {
-            "id": "cleanup",
-            "question": "Proceed with the destructive cleanup?",
-            "header": "Confirm",
-            "options": [
-                {
-                    "label": "Yes, delete them (Recommended)",
-                    "description": "Removes the three stale files.",
-                },
-                {"label": "No, keep them", "description": "Aborts the cleanup."},
-            ],
-        }
-    ]
-}
+SEED = SEED_QUESTION  # the seed's example call
 YES = [{"id": "cleanup", "selected": ["Yes, delete them (Recommended)"]}]
 NO = [{"id": "cleanup", "selected": ["No, keep them"]}]
 YES_JSON = '{"answers":[{"id":"cleanup","selected":["Yes, delete them (Recommended)"]}]}'

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import running
 from pydantic import ValidationError
 
 from answerers.auto import AutoAnswerer, AutoOptions
 from answerers.memory import MemoryAnswerer
-from worker import Answerer, AnswererRuntime, AskError, Caller, ErrorCode, Offer, Seam
+from worker import AskError, Caller, ErrorCode, Offer, Seam
 
 CALLER = Caller(agent_id="a", turn_id="t")
 
@@ -432,21 +431,6 @@ async def test_present_tolerates_lost_races(
 
 
 # --- as a tier of the waterfall ---------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def running(
-    seam: Seam, answerer: Answerer, group: str, priority: int
-) -> AsyncIterator[AnswererRuntime]:
-    runtime = AnswererRuntime(seam, answerer, group=group, priority=priority)
-    task = asyncio.create_task(runtime.run())
-    try:
-        await asyncio.wait_for(runtime.ready.wait(), 10)
-        yield runtime
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def ask(seam: Seam, *questions: dict[str, Any], scope: dict[str, str] | None = None) -> str:

@@ -58,6 +58,12 @@ class Desk:
         except TimeoutError:
             pytest.fail(f"never saw {needle!r} x{count} in:\n{self.text}")
 
+    async def presented(self, count: int, timeout: float = 2.0) -> None:
+        """Wait until the runtime has handed `count` requests to the console."""
+        async with asyncio.timeout(timeout):
+            while len(self.runtime.presented) < count:
+                await asyncio.sleep(0.005)
+
     async def type(self, line: str, prompts: int) -> None:
         """Wait for the `prompts`-th prompt, then type a line."""
         await self.until(PROMPT, prompts)
@@ -184,9 +190,7 @@ async def test_two_requests_one_after_another(desk: Desk) -> None:
     first = desk.ask(CONFIRM)
     await desk.until(PROMPT)
     second = desk.ask(NAME, turn="t2")
-    async with asyncio.timeout(2):
-        while len(desk.runtime.presented) < 2:
-            await asyncio.sleep(0.005)
+    await desk.presented(2)
     assert "[Name]" not in desk.text  # queued behind the question on screen
     desk.reader.feed_data(b"2\n")
     await desk.type("Hazel", prompts=2)
@@ -203,9 +207,7 @@ async def test_retracted_while_prompting(desk: Desk) -> None:
     first = desk.ask(CONFIRM)
     await desk.until(PROMPT)
     second = desk.ask(NAME, turn="t2")
-    async with asyncio.timeout(2):
-        while len(desk.runtime.presented) < 2:
-            await asyncio.sleep(0.005)
+    await desk.presented(2)
     assert await desk.seam.abort_turn("t") == 1
     with pytest.raises(AskError) as err:
         await asyncio.wait_for(first, 2)
@@ -221,9 +223,7 @@ async def test_retracted_while_queued(desk: Desk) -> None:
     first = desk.ask(CONFIRM)
     await desk.until(PROMPT)
     second = desk.ask(NAME, turn="t2")
-    async with asyncio.timeout(2):
-        while len(desk.runtime.presented) < 2:
-            await asyncio.sleep(0.005)
+    await desk.presented(2)
     await desk.seam.abort_turn("t2")
     await desk.until("✗ Name: retracted — cancelled (turn aborted)")
     with pytest.raises(AskError):

@@ -23,6 +23,7 @@ from conftest import NO_JSON, ROOT, SEED, YES, YES_JSON, Backend, _free_port, ru
 
 from answerers.memory import MemoryAnswerer
 from worker import AskError, Caller, ErrorCode, Seam
+from worker._seam import RequestStatus
 
 ASKQ = [sys.executable, "-m", "worker"]
 
@@ -91,6 +92,16 @@ async def memory_group(
 ) -> AsyncIterator[Seam]:
     async with backend.seam() as seam, running(seam, mem, group, **kw):
         yield seam
+
+
+async def claimed(seam: Seam) -> RequestStatus:
+    """The one pending request, once a group has claimed it."""
+    for _ in range(200):
+        pending = (await asyncio.wait_for(seam.status(), 5)).requests
+        if pending and pending[0].state == "CLAIMED":
+            return pending[0]
+        await asyncio.sleep(0.05)
+    raise AssertionError("no request was claimed within 10 s")
 
 
 def test_cli_round_trip_through_a_worker_process(backend: Backend) -> None:
@@ -208,14 +219,8 @@ async def test_replica_killed_after_claiming_is_finished_by_another(backend: Bac
     async with backend.seam() as seam:
         ask = asyncio.create_task(seam.ask(SEED, Caller(agent_id="a", turn_id="t")))
         with worker_process(backend, "console", "--group", "humans", "--consumer", "w1") as proc:
-            status = None
-            for _ in range(200):
-                pending = (await asyncio.wait_for(seam.status(), 5)).requests
-                if pending and pending[0].state == "CLAIMED":
-                    status = pending[0]
-                    break
-                await asyncio.sleep(0.05)
-            assert status is not None and status.claimers == ["humans"]
+            status = await claimed(seam)
+            assert status.claimers == ["humans"]
             proc.kill()  # SIGKILL between claim and answer
             proc.wait(10)
         replica = MemoryAnswerer(reply=lambda o: YES, by="replica-2")
@@ -235,11 +240,7 @@ async def test_restarted_replica_recovers_its_own_pending_offer(backend: Backend
     async with backend.seam() as seam:
         ask = asyncio.create_task(seam.ask(SEED, Caller(agent_id="a", turn_id="t")))
         with worker_process(backend, "console", "--consumer", "stable") as proc:
-            for _ in range(200):
-                pending = (await asyncio.wait_for(seam.status(), 5)).requests
-                if pending and pending[0].state == "CLAIMED":
-                    break
-                await asyncio.sleep(0.05)
+            await claimed(seam)
             proc.kill()
             proc.wait(10)
         with worker_process(backend, "console", "--consumer", "stable") as again:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from fnmatch import fnmatchcase
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -203,6 +203,18 @@ def _raise_invalid(problems: list[str]) -> None:
         raise AskError(ErrorCode.INVALID_REQUEST, "; ".join(problems))
 
 
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def _validate(model: type[ModelT], raw: Any) -> ModelT:
+    """pydantic's checks, every failure as INVALID_REQUEST naming its path."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        problems = [f"{_path(e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise AskError(ErrorCode.INVALID_REQUEST, "; ".join(problems)) from None
+
+
 def parse_input(args: Any) -> AskInput:
     """Validate tool arguments (a dict or JSON text); every violation names its path."""
     if isinstance(args, (str, bytes)):
@@ -210,11 +222,7 @@ def parse_input(args: Any) -> AskInput:
             args = json.loads(args)
         except ValueError as exc:
             raise AskError(ErrorCode.INVALID_REQUEST, f"input: not valid JSON ({exc})") from None
-    try:
-        parsed = AskInput.model_validate(args)
-    except ValidationError as exc:
-        _raise_invalid([f"{_path(e['loc'])}: {e['msg']}" for e in exc.errors()])
-        raise  # unreachable
+    parsed = _validate(AskInput, args)
     problems: list[str] = []
     seen_ids: set[str] = set()
     for qi, q in enumerate(parsed.questions):
@@ -236,11 +244,7 @@ def parse_answers(questions: list[Question], raw: Any) -> Answers:
         raw = raw.model_dump(exclude_none=True)
     elif isinstance(raw, list):
         raw = {"answers": raw}
-    try:
-        answers = Answers.model_validate(raw)
-    except ValidationError as exc:
-        _raise_invalid([f"{_path(e['loc'])}: {e['msg']}" for e in exc.errors()])
-        raise  # unreachable
+    answers = _validate(Answers, raw)
     problems: list[str] = []
     by_id: dict[str, Answer] = {}
     for ai, a in enumerate(answers.answers):

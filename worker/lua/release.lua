@@ -9,9 +9,9 @@ if not contains(r.claimers, group) then return {'NOT_CLAIMED', r.state} end
 if not current_stream_declared(r) then return {'STALE'} end
 local claimers = without(r.claimers, group)
 if #claimers == 0 and #r.undecided == 0 then
-  local plan = plan_fall_through(k.req, GROUPS, LIVE)
-  if not plan then return {'STALE'} end
-  return {'RELEASED', fall_through(k, request_id, plan)}
+  local state = move_on()
+  if not state then return {'STALE'} end
+  return {'RELEASED', state}
 end
 redis.pcall('XACK', tier_prefix .. r.tier, group, r.offer)
 local state = (#claimers == 0) and 'OFFERED' or 'CLAIMED'

@@ -24,3 +24,29 @@ end
 local function current_stream_declared(r)
   return (not r.tier) or tier_stream(r.tier) ~= nil
 end
+
+-- Before a group decides on offer entry `entry` of tier `tier`: the reply when the
+-- entry is no longer the group's to decide (acknowledged in the same step), else nil.
+local function not_deciding(r, group, tier, entry)
+  local reply = nil
+  if not r.state or TERMINAL[r.state] then
+    reply = gone(r)
+  elseif r.tier ~= tier or r.offer ~= entry then
+    reply = {'STALE_OFFER'}
+  elseif contains(r.claimers, group) then
+    return {'CLAIMED'}  -- already the group's claim; its entry stays pending
+  elseif not contains(r.undecided, group) then
+    reply = {'NOT_OFFERED'}
+  end
+  if reply then ack_stale(tier, group, entry) end
+  return reply
+end
+
+-- Nobody of the tier is left deciding or claiming: offer to the next tier, or fail
+-- NO_ANSWERER. Returns the new state, or nil (changing nothing) when the next tier's
+-- stream was not declared.
+local function move_on()
+  local plan = plan_fall_through(k.req, GROUPS, LIVE)
+  if not plan then return nil end
+  return fall_through(k, request_id, plan)
+end

@@ -90,7 +90,7 @@ class AnswererRuntime:
 
     async def run(self) -> None:
         """Register, then serve until cancelled."""
-        await self._register()
+        # The channel starts first: a group must not turn live before it can show anything.
         await self.answerer.start(self._handle)
         connect = self.seam.blocking_connection
         blocking = [
@@ -99,21 +99,25 @@ class AnswererRuntime:
                 f"askq-{self.group}-events", connect, self._read_events, self._resync_presented
             ),
         ]
-        heartbeat = asyncio.create_task(self._heartbeat_loop(), name=f"askq-{self.group}-beat")
-        self.ready.set()
+        heartbeat: asyncio.Task[None] | None = None
         try:
+            await self._register()
+            heartbeat = asyncio.create_task(self._heartbeat_loop(), name=f"askq-{self.group}-beat")
+            self.ready.set()
             await asyncio.gather(heartbeat, *(loop.start() for loop in blocking))
         finally:
-            heartbeat.cancel()
+            if heartbeat is not None:
+                heartbeat.cancel()
             for loop in blocking:
                 await loop.close()
             for task in list(self._tasks):
                 task.cancel()
-            await asyncio.gather(heartbeat, *self._tasks, return_exceptions=True)
+            await asyncio.gather(*filter(None, [heartbeat, *self._tasks]), return_exceptions=True)
             with contextlib.suppress(Exception):
                 await self.answerer.stop()
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._leave())
+            if self.ready.is_set():
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._leave())
 
     async def _register(self) -> None:
         k = self.seam.keys

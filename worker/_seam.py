@@ -307,8 +307,10 @@ class Seam:
                     await asyncio.shield(
                         self.cancel(request_id, ErrorCode.ABORTED, ABORTED_MESSAGE, by="caller")
                     )
-            self._waiter.forget(request_id)
             raise
+        finally:
+            if not future.done():
+                self._waiter.forget(request_id)  # this process stops waiting for it
 
     async def cancel(self, request_id: str, code: ErrorCode, message: str, *, by: str) -> bool:
         """Settle a pending request as CANCELLED; False if it had already settled."""

@@ -290,7 +290,7 @@ def test_worker_configuration_errors(backend: Backend) -> None:
 
 def test_unreachable_redis_is_one_line_naming_the_url() -> None:
     url = f"redis://127.0.0.1:{_free_port()}/0"
-    for args in (("status",), ("abort", "t"), ("ask", "-q", "Really?")):
+    for args in (("status",), ("abort", "t"), ("ask", "-q", "Really?"), ("worker", "auto")):
         result = askq(None, "--redis-url", url, *args)
         assert result.returncode == 11, result.stderr
         assert result.stderr.startswith(f"REDIS_UNAVAILABLE: cannot reach Redis at {url}: ")

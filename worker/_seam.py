@@ -189,7 +189,8 @@ class Seam:
     ) -> list[str]:
         k = self.keys
         for attempt in range(5):
-            tiers = await self.tier_streams(refresh=attempt > 0)
+            with self.redis_errors():
+                tiers = await self.tier_streams(refresh=attempt > 0)
             keys = [
                 k.request(request_id),
                 k.reply(request_id),
@@ -490,7 +491,8 @@ class Seam:
         return int(seconds) * 1000 + int(micros) // 1000
 
     async def request_status(self, request_id: str) -> RequestStatus | None:
-        rows = await self._request_rows([request_id], await self.now_ms())
+        with self.redis_errors():
+            rows = await self._request_rows([request_id], await self.now_ms())
         return rows[0] if rows else None
 
     async def _request_rows(self, ids: Sequence[str], now: int) -> list[RequestStatus]:

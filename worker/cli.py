@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from ._errors import AskError, ErrorCode
 from ._models import Caller
@@ -38,7 +39,9 @@ def _run(main: Callable[[], Awaitable[T]]) -> T:
         return asyncio.run(main())  # type: ignore[arg-type]
     except AskError as exc:
         _fail(exc)
-        raise  # unreachable
+    except RedisError as exc:  # a reply askq did not expect (e.g. a script error)
+        _fail(AskError(ErrorCode.INTERNAL, f"unexpected Redis reply: {exc}"))
+    raise AssertionError("unreachable")
 
 
 def _scope(pairs: tuple[str, ...]) -> dict[str, str]:

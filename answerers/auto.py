@@ -68,13 +68,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from worker._answerer import Answerer, AnswererOptions
-from worker._errors import AskError, ErrorCode
-from worker._models import (
+from worker import (
+    FINAL_REFUSALS,
     MAX_CUSTOM,
     RECOMMENDED_SUFFIX,
     Answer,
+    Answerer,
+    AnswererOptions,
     Answers,
+    AskError,
+    ErrorCode,
     Offer,
     Question,
     Retraction,
@@ -334,7 +337,7 @@ class AutoAnswerer(Answerer[AutoOptions]):
         try:
             await self.group.answer(offer.request_id, plan.answers, by=plan.by)
         except AskError as exc:
-            if exc.code in (ErrorCode.ALREADY_SETTLED, ErrorCode.NOT_CLAIMED, ErrorCode.NOT_FOUND):
+            if exc.code in FINAL_REFUSALS:
                 # Another group of the tier answered first, or the turn was aborted.
                 log.info("auto answer to %s not needed: %s", offer.request_id, exc.message)
                 return

@@ -20,15 +20,21 @@ from pydantic import Field
 from rich.console import Console
 from rich.text import Text
 
-from worker._answerer import Answerer, AnswererOptions, GroupHandle
-from worker._errors import AskError, ErrorCode
-from worker._models import MAX_CUSTOM, Offer, Question, Retraction
+from worker import (
+    FINAL_REFUSALS,
+    MAX_CUSTOM,
+    Answerer,
+    AnswererOptions,
+    AskError,
+    GroupHandle,
+    Offer,
+    Question,
+    Retraction,
+)
 
 log = logging.getLogger("askq.console")
 
 OTHER = "Other…"
-# Refusals that mean the request is no longer ours to answer: say so and move on.
-GONE = {ErrorCode.ALREADY_SETTLED, ErrorCode.NOT_CLAIMED, ErrorCode.NOT_FOUND}
 
 
 class ConsoleOptions(AnswererOptions):
@@ -64,7 +70,6 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
         self._current: Offer | None = None
         self._prompt: asyncio.Task[list[dict[str, Any]]] | None = None
         self._withdrawn = False  # the request on screen was retracted
-        self._submitting = False
         self._ui: asyncio.Task[None] | None = None
         self._transport: asyncio.BaseTransport | None = None
 
@@ -125,8 +130,7 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
             self._say_retracted(offer, retraction)
             return
         current = self._current
-        # While our own answer is being submitted, its outcome says what happened.
-        if current is None or current.request_id != retraction.request_id or self._submitting:
+        if current is None or current.request_id != retraction.request_id:
             return
         self._withdrawn = True
         self._say_retracted(current, retraction)
@@ -169,20 +173,17 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
                     prompt.exception()  # retrieved, so asyncio does not warn about it
                 return
             answers = prompt.result()  # raises _InputClosed
-            self._submitting = True
             try:
                 await self.group.answer(offer.request_id, answers, by=self.by)
             except AskError as exc:
                 self._say(Text(f"✗ {_headers(offer)}: {exc.message}", style="red"))
-                if exc.code in GONE:
+                if exc.code in FINAL_REFUSALS:  # no longer ours: say so and move on
                     return
                 continue  # INVALID_REQUEST, Redis down: the person may answer again
             except Exception:
                 log.exception("could not submit the answer to %s", offer.request_id)
                 self._say(Text(f"✗ {_headers(offer)}: could not submit; answer again", style="red"))
                 continue
-            finally:
-                self._submitting = False
             self._say(Text(f"✓ {_headers(offer)}: answered", style="green"))
             return
 

@@ -10,8 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from worker._answerer import Answerer, AnswererOptions
-from worker._models import Offer, Retraction
+from worker import Answerer, AnswererOptions, Offer, Retraction
 
 
 class MemoryAnswerer(Answerer[AnswererOptions]):

@@ -110,7 +110,7 @@ async def test_duplicate_answer_is_refused_and_first_stands(seam: Seam) -> None:
 
 async def test_invalid_answer_is_refused_and_request_stays_pending(seam: Seam) -> None:
     mem = MemoryAnswerer()
-    async with running(seam, mem, "mem"):
+    async with running(seam, mem, "mem") as runtime:
         task = await ask_task(seam)
         offer = await mem.next_presented()
         with pytest.raises(AskError) as bad:
@@ -118,8 +118,13 @@ async def test_invalid_answer_is_refused_and_request_stays_pending(seam: Seam) -
         assert bad.value.code is ErrorCode.INVALID_REQUEST
         assert 'no option labelled "Maybe"' in bad.value.message
         assert not task.done()
+        assert offer.request_id in runtime.presented  # still shown: the human may retry
         await mem.answer(offer.request_id, NO)
         assert (await task).to_json() == NO_JSON
+        assert offer.request_id not in runtime.presented
+        with pytest.raises(AskError):
+            await mem.answer(offer.request_id, NO)
+        assert offer.request_id not in runtime.presented  # a final refusal ends it
 
 
 async def test_group_without_claim_cannot_answer(seam: Seam) -> None:

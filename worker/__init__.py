@@ -1,9 +1,11 @@
 """askq: the queue core. The public API is re-exported here."""
 
-from ._answerer import Answerer, AnswererOptions, GroupHandle
+from ._answerer import FINAL_REFUSALS, Answerer, AnswererOptions, GroupHandle
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
 from ._models import (
+    MAX_CUSTOM,
+    RECOMMENDED_SUFFIX,
     Answer,
     Answers,
     AskInput,
@@ -16,6 +18,7 @@ from ._models import (
     Settlement,
     parse_answers,
     parse_input,
+    scope_matches,
 )
 from ._runtime import AnswererRuntime
 from ._seam import AbortSignal, Seam, Status
@@ -24,6 +27,9 @@ from ._sync import SyncSeam
 from ._tool import TOOL_NAME, AskUserQuestionTool, ToolResult, input_schema, input_schema_json
 
 __all__ = [
+    "FINAL_REFUSALS",
+    "MAX_CUSTOM",
+    "RECOMMENDED_SUFFIX",
     "AbortSignal",
     "Answer",
     "Answerer",
@@ -53,4 +59,5 @@ __all__ = [
     "input_schema_json",
     "parse_answers",
     "parse_input",
+    "scope_matches",
 ]

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from ._seam import Seam
 
 
+# An answer refused with one of these will never be accepted, whoever retries it.
+FINAL_REFUSALS = frozenset({ErrorCode.ALREADY_SETTLED, ErrorCode.NOT_CLAIMED, ErrorCode.NOT_FOUND})
+
+
 class AnswererOptions(BaseModel):
     """An answerer's own settings (its `askq worker KIND --option value` flags)."""
 
@@ -46,15 +50,16 @@ class GroupHandle:
     async def answer(self, request_id: str, answers: Any, *, by: str) -> Answers:
         """Submit an answer; raises AskError (ALREADY_SETTLED, INVALID_REQUEST, ...).
 
-        A refused INVALID_REQUEST leaves the request shown (the human may answer again);
-        any other outcome ends it for this replica."""
+        Refused for good (ALREADY_SETTLED, NOT_CLAIMED, NOT_FOUND), the request is no
+        longer this replica's; any other failure leaves it shown, to answer again."""
         # Stop showing it before the answer lands, so this replica's own answer does not
-        # come back to it as "answered elsewhere"; a refused answer puts it back.
+        # come back to it as "answered elsewhere".
         shown = self._take(request_id)
         try:
             return await self.seam.answer(request_id, self.name, answers, by=by)
-        except AskError as exc:
-            if exc.code is ErrorCode.INVALID_REQUEST and shown is not None:
+        except BaseException as exc:
+            final = isinstance(exc, AskError) and exc.code in FINAL_REFUSALS
+            if shown is not None and not final:
                 self._restore(shown)
             raise
 

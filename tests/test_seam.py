@@ -395,3 +395,23 @@ async def test_tier_stream_is_trimmed_but_pending_claims_are_kept(backend: Backe
             while time.monotonic() < deadline + 5 and await seam.redis.xlen(stream) > 1:
                 await asyncio.sleep(0.1)
             assert await seam.redis.xlen(stream) <= 1
+
+
+async def test_replicas_that_left_are_forgotten(seam: Seam) -> None:
+    for name in ("first", "second"):
+        async with running(seam, MemoryAnswerer(), "mem", consumer=name):
+            await asyncio.sleep(0.2)  # its first read makes it a consumer of the stream
+    stream = seam.keys.tier(0)
+    assert {c["name"] for c in await seam.redis.xinfo_consumers(stream, "mem")} == {
+        "first",
+        "second",
+    }
+    async with running(seam, MemoryAnswerer(), "mem", consumer="third"):
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            names = {c["name"] for c in await seam.redis.xinfo_consumers(stream, "mem")}
+            if names == {"third"}:
+                break
+            await asyncio.sleep(0.1)
+        assert names == {"third"}
+        assert await seam.redis.zrange(seam.keys.consumers("mem"), 0, -1) == ["third"]

@@ -293,37 +293,43 @@ class AnswererRuntime:
     # --- recovery --------------------------------------------------------------------
 
     async def _recover_dead_replicas(self) -> None:
-        """Take over entries pending on replicas of this group that stopped beating."""
+        """Take over entries pending on replicas of this group that stopped beating,
+        and forget those replicas (restarts under new names must not pile up)."""
         k = self.seam.keys
         redis = self.seam.redis
         now = await self.seam.now_ms()
         live = set(await redis.zrangebyscore(k.consumers(self.group), now, "+inf"))
         try:
-            summary = await redis.xpending(self.stream, self.group)
-        except ResponseError:
+            consumers = await redis.xinfo_consumers(self.stream, self.group)
+        except ResponseError:  # the group's stream is gone; it is recreated on restart
             return
-        for row in summary.get("consumers") or []:
-            name = row["name"]
+        for consumer in consumers:
+            name = consumer["name"]
             if name == self.consumer or name in live:
                 continue
-            while True:
-                entries = await redis.xpending_range(
-                    self.stream, self.group, "-", "+", RECOVER_BATCH, consumername=name
-                )
-                if not entries:
-                    break
-                ids = [e["message_id"] for e in entries]
-                claimed = await redis.xclaim(self.stream, self.group, self.consumer, 0, ids)
-                log.info("%s took over %d offers of %s", self.consumer, len(claimed), name)
-                for entry_id, fields in claimed:
-                    if fields is None:
-                        await redis.xack(self.stream, self.group, entry_id)
-                        continue
-                    await self._spawn(entry_id, fields, recovered=True)
-                if len(entries) < RECOVER_BATCH:
-                    break
+            if consumer["pending"]:
+                await self._take_over(name)
             await redis.xgroup_delconsumer(self.stream, self.group, name)
-            await redis.zrem(k.consumers(self.group), name)
+        await redis.zremrangebyscore(k.consumers(self.group), "-inf", now)
+
+    async def _take_over(self, dead: str) -> None:
+        redis = self.seam.redis
+        while True:
+            entries = await redis.xpending_range(
+                self.stream, self.group, "-", "+", RECOVER_BATCH, consumername=dead
+            )
+            if not entries:
+                return
+            ids = [e["message_id"] for e in entries]
+            claimed = await redis.xclaim(self.stream, self.group, self.consumer, 0, ids)
+            log.info("%s took over %d offers of %s", self.consumer, len(claimed), dead)
+            for entry_id, fields in claimed:
+                if fields is None:  # trimmed away; nothing to recover
+                    await redis.xack(self.stream, self.group, entry_id)
+                    continue
+                await self._spawn(entry_id, fields, recovered=True)
+            if len(entries) < RECOVER_BATCH:
+                return
 
     async def _trim_stream(self) -> None:
         """Drop the tier's entries every group is done with, so the stream stays bounded.

@@ -180,38 +180,25 @@ async def test_sigint_cancels_the_pending_ask(backend: Backend) -> None:
 
 async def test_delegated_caller_until_the_owner_process_dies(backend: Backend) -> None:
     mem = MemoryAnswerer()  # holds the parent's own question, so the parent stays alive
+
+    async def ask_as_child() -> subprocess.CompletedProcess[str]:
+        args = ("ask", "--agent", "child", "--owner", "parent")
+        return await asyncio.to_thread(askq, backend, *args, stdin=json.dumps(SEED))
+
     async with memory_group(backend, mem, scope={"who": "parent"}):
         with worker_process(backend, "auto", "--priority", "10"):
             parent = await start_ask(
                 backend, "--agent", "parent", "--scope", "who=parent", stdin=json.dumps(SEED)
             )
             await mem.next_presented(timeout=20)
-            child = await asyncio.to_thread(
-                askq,
-                backend,
-                "ask",
-                "--agent",
-                "child",
-                "--owner",
-                "parent",
-                stdin=json.dumps(SEED),
-            )
+            child = await ask_as_child()
             assert child.returncode == 5
             assert child.stderr.startswith("DELEGATED_CALLER: Agent 'child' is a sub-agent")
             assert "final result" in child.stderr
             parent.kill()  # SIGKILL: no goodbye, the heartbeat just stops
             await parent.wait()
             await asyncio.sleep(2.0)  # > agent_ttl (1.5 s in tests)
-            restored = await asyncio.to_thread(
-                askq,
-                backend,
-                "ask",
-                "--agent",
-                "child",
-                "--owner",
-                "parent",
-                stdin=json.dumps(SEED),
-            )
+            restored = await ask_as_child()
             assert (restored.returncode, restored.stdout) == (0, YES_JSON + "\n")
 
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import NO, NO_JSON, SEED, YES, YES_JSON, Backend, running
 
 from answerers.memory import MemoryAnswerer
-from worker import AskError, AskUserQuestionTool, Caller, ErrorCode, Seam, SyncSeam
+from worker import AskError, AskUserQuestionTool, Caller, ErrorCode, Seam, Settlement, SyncSeam
 
 CALLER = Caller(agent_id="agent-1", turn_id="turn-1")
 
@@ -415,3 +415,29 @@ async def test_replicas_that_left_are_forgotten(seam: Seam) -> None:
             await asyncio.sleep(0.1)
         assert names == {"third"}
         assert await seam.redis.zrange(seam.keys.consumers("mem"), 0, -1) == ["third"]
+
+
+async def test_ask_cancelled_while_publishing_withdraws_the_request(
+    seam: Seam, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_run = seam._run
+    published = asyncio.Event()
+
+    async def reply_lost(name: str, *args: Any, **kwargs: Any) -> list[str]:
+        result = await real_run(name, *args, **kwargs)
+        if name == "ask":  # published, but the caller is cancelled before it hears so
+            published.set()
+            await asyncio.Event().wait()
+        return result
+
+    monkeypatch.setattr(seam, "_run", reply_lost)
+    async with running(seam, MemoryAnswerer(), "mem"):
+        task = await ask_task(seam)
+        await published.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await seam.redis.zcard(seam.keys.pending) == 0
+        [reply_key] = [k async for k in seam.redis.scan_iter(match=seam.keys.reply("*"))]
+        settled = Settlement.model_validate_json(await seam.redis.get(reply_key))
+        assert (settled.state, settled.code) == ("CANCELLED", ErrorCode.ABORTED)

@@ -248,6 +248,15 @@ class Seam:
                 ],
                 owner=owner,
             )
+        except asyncio.CancelledError:
+            # Cancelled while publishing: the request may be out there with nobody
+            # waiting for it, so withdraw it (a no-op if it never got published).
+            self._waiter.forget(request.id)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(
+                    self.cancel(request.id, ErrorCode.ABORTED, ABORTED_MESSAGE, by="caller")
+                )
+            raise
         except BaseException:
             self._waiter.forget(request.id)
             raise

@@ -70,6 +70,7 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
         self._current: Offer | None = None
         self._prompt: asyncio.Task[list[dict[str, Any]]] | None = None
         self._withdrawn = False  # the request on screen was retracted
+        self._closed = False  # input ended: nobody answers here any more
         self._ui: asyncio.Task[None] | None = None
         self._transport: asyncio.BaseTransport | None = None
 
@@ -117,7 +118,19 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
 
     # --- the runtime's side ----------------------------------------------------------
 
+    async def decide(self, offer: Offer) -> bool:
+        return not self._closed
+
+    async def _release(self, offer: Offer) -> None:
+        try:
+            await self.group.release(offer.request_id)
+        except Exception:  # noqa: BLE001 - the others still get released
+            log.exception("could not release %s", offer.request_id)
+
     async def present(self, offer: Offer) -> None:
+        if self._closed:  # a claim recovered after the input closed
+            await self._release(offer)
+            return
         current = self._current
         if offer.request_id in self._queue or (current and current.request_id == offer.request_id):
             return  # recovered after a reconnect: already queued or on screen
@@ -150,9 +163,15 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
             try:
                 await self._serve(self._current)
             except _InputClosed:
-                left = len(self._queue) + 1
-                self._say(Text(f"input closed; {left} request(s) left pending", style="yellow"))
-                log.info("console input closed; leaving %d request(s) claimed", left)
+                # Nobody can answer here any more: give every claim back so the waterfall
+                # moves on, and decline what comes next.
+                self._closed = True
+                held = [self._current, *self._queue.values()]
+                self._queue.clear()
+                self._say(Text(f"input closed; {len(held)} request(s) passed on", style="yellow"))
+                log.info("console input closed; releasing %d request(s)", len(held))
+                for offer in held:
+                    await self._release(offer)
                 return
             finally:
                 self._current = None

@@ -275,17 +275,21 @@ async def test_late_answer_is_refused(make_desk: Callable[..., Awaitable[Desk]])
     await asyncio.wait_for(nxt, 2)
 
 
-async def test_input_closed_leaves_claim(desk: Desk) -> None:
+async def test_input_closed_passes_claims_on(desk: Desk) -> None:
     asked = desk.ask(CONFIRM)
     await desk.until(PROMPT)
+    queued = desk.ask(NAME, turn="t2")
+    await desk.presented(2)
     desk.reader.feed_eof()
-    await desk.until("input closed; 1 request(s) left pending")
-    status = (await desk.seam.status()).requests
-    assert [(r.state, r.claimers) for r in status] == [("CLAIMED", ["console"])]
-    assert not asked.done()
-    await desk.seam.abort_turn("t")
-    with pytest.raises(AskError):
-        await asyncio.wait_for(asked, 2)
+    await desk.until("input closed; 2 request(s) passed on")
+    # No tier after this one: both fall through to NO_ANSWERER instead of hanging.
+    for task in (asked, queued):
+        with pytest.raises(AskError) as err:
+            await asyncio.wait_for(task, 2)
+        assert err.value.code is ErrorCode.NO_ANSWERER
+    with pytest.raises(AskError) as later:
+        await asyncio.wait_for(desk.ask(CONFIRM, turn="t3"), 2)
+    assert later.value.code is ErrorCode.NO_ANSWERER  # declined from now on
 
 
 async def test_default_by_is_the_login(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,7 +50,7 @@ class Desk:
     def text(self) -> str:
         return self.out.getvalue()
 
-    async def until(self, needle: str, count: int = 1, timeout: float = 2.0) -> None:
+    async def until(self, needle: str, count: int = 1, timeout: float = 5.0) -> None:
         try:
             async with asyncio.timeout(timeout):
                 while self.text.count(needle) < count:
@@ -58,7 +58,7 @@ class Desk:
         except TimeoutError:
             pytest.fail(f"never saw {needle!r} x{count} in:\n{self.text}")
 
-    async def presented(self, count: int, timeout: float = 2.0) -> None:
+    async def presented(self, count: int, timeout: float = 5.0) -> None:
         """Wait until the runtime has handed `count` requests to the console."""
         async with asyncio.timeout(timeout):
             while len(self.runtime.presented) < count:
@@ -79,7 +79,7 @@ class Desk:
     async def serve(self, answerer: Any, group: str) -> AnswererRuntime:
         runtime = AnswererRuntime(self.seam, answerer, group=group, priority=0)
         self.tasks.append(asyncio.create_task(runtime.run()))
-        await asyncio.wait_for(runtime.ready.wait(), 2)
+        await asyncio.wait_for(runtime.ready.wait(), 5)
         return runtime
 
 
@@ -103,7 +103,7 @@ async def make_desk(seam: Seam) -> AsyncIterator[Callable[..., Awaitable[Desk]]]
         runtime = AnswererRuntime(seam, answerer, group="console", priority=0)
         desk = Desk(seam, reader, out, runtime, [asyncio.create_task(runtime.run())])
         desks.append(desk)
-        await asyncio.wait_for(runtime.ready.wait(), 2)
+        await asyncio.wait_for(runtime.ready.wait(), 5)
         return desk
 
     yield make
@@ -119,7 +119,7 @@ async def desk(make_desk: Callable[..., Awaitable[Desk]]) -> Desk:
 async def test_single_select(desk: Desk) -> None:
     asked = desk.ask(CONFIRM)
     await desk.type("1", prompts=1)
-    answers = await asyncio.wait_for(asked, 2)
+    answers = await asyncio.wait_for(asked, 5)
     assert answers.to_json() == '{"answers":[{"id":"deploy","selected":["Yes (Recommended)"]}]}'
     await desk.until("✓ Confirm: answered")
     out = desk.text
@@ -132,7 +132,7 @@ async def test_single_select_other_overrides(desk: Desk) -> None:
     asked = desk.ask(CONFIRM)
     await desk.type("o", prompts=1)
     await desk.type("after the freeze", prompts=2)
-    answers = await asyncio.wait_for(asked, 2)
+    answers = await asyncio.wait_for(asked, 5)
     assert answers.to_json() == (
         '{"answers":[{"id":"deploy","selected":[],"custom":"after the freeze"}]}'
     )
@@ -143,7 +143,7 @@ async def test_multi_select_with_other(desk: Desk) -> None:
     await desk.type("3, 1 4", prompts=1)
     await desk.type("sa-east too", prompts=2)
     await desk.type("2", prompts=3)
-    answers = await asyncio.wait_for(asked, 2)
+    answers = await asyncio.wait_for(asked, 5)
     assert answers.to_json() == (
         '{"answers":[{"id":"regions","selected":["eu","ap"],"custom":"sa-east too"},'
         '{"id":"deploy","selected":["No"]}]}'
@@ -155,7 +155,7 @@ async def test_multi_select_with_other(desk: Desk) -> None:
 async def test_multi_select_none(desk: Desk) -> None:
     asked = desk.ask(REGIONS)
     await desk.type("", prompts=1)
-    answers = await asyncio.wait_for(asked, 2)
+    answers = await asyncio.wait_for(asked, 5)
     assert answers.to_json() == '{"answers":[{"id":"regions","selected":[]}]}'
 
 
@@ -163,7 +163,7 @@ async def test_free_text(desk: Desk) -> None:
     asked = desk.ask(NAME)
     await desk.type("   ", prompts=1)  # blank is refused
     await desk.type("  Hazel  ", prompts=2)
-    answers = await asyncio.wait_for(asked, 2)
+    answers = await asyncio.wait_for(asked, 5)
     assert answers.to_json() == '{"answers":[{"id":"name","selected":[],"custom":"Hazel"}]}'
     assert "cannot be empty" in desk.text
     assert "Other…" not in desk.text
@@ -176,7 +176,7 @@ async def test_invalid_input_then_valid(desk: Desk) -> None:
     await desk.type("1,2", prompts=3)
     await desk.type("0", prompts=4)
     await desk.type("2", prompts=5)
-    answers = await asyncio.wait_for(asked, 2)
+    answers = await asyncio.wait_for(asked, 5)
     assert answers.to_json() == '{"answers":[{"id":"deploy","selected":["No"]}]}'
     out = desk.text
     assert "'9' is not a choice: type numbers from 1 to 3" in out
@@ -194,10 +194,10 @@ async def test_two_requests_one_after_another(desk: Desk) -> None:
     assert "[Name]" not in desk.text  # queued behind the question on screen
     desk.reader.feed_data(b"2\n")
     await desk.type("Hazel", prompts=2)
-    assert (await asyncio.wait_for(first, 2)).to_json() == (
+    assert (await asyncio.wait_for(first, 5)).to_json() == (
         '{"answers":[{"id":"deploy","selected":["No"]}]}'
     )
-    assert (await asyncio.wait_for(second, 2)).to_json() == (
+    assert (await asyncio.wait_for(second, 5)).to_json() == (
         '{"answers":[{"id":"name","selected":[],"custom":"Hazel"}]}'
     )
     assert desk.text.index("[Confirm]") < desk.text.index("[Name]")
@@ -210,11 +210,11 @@ async def test_retracted_while_prompting(desk: Desk) -> None:
     await desk.presented(2)
     assert await desk.seam.abort_turn("t") == 1
     with pytest.raises(AskError) as err:
-        await asyncio.wait_for(first, 2)
+        await asyncio.wait_for(first, 5)
     assert err.value.code is ErrorCode.ABORTED
     await desk.until("✗ Confirm: retracted — cancelled (turn aborted)")
     await desk.type("Hazel", prompts=2)  # the next question took over the prompt
-    assert (await asyncio.wait_for(second, 2)).to_json() == (
+    assert (await asyncio.wait_for(second, 5)).to_json() == (
         '{"answers":[{"id":"name","selected":[],"custom":"Hazel"}]}'
     )
 
@@ -227,9 +227,9 @@ async def test_retracted_while_queued(desk: Desk) -> None:
     await desk.seam.abort_turn("t2")
     await desk.until("✗ Name: retracted — cancelled (turn aborted)")
     with pytest.raises(AskError):
-        await asyncio.wait_for(second, 2)
+        await asyncio.wait_for(second, 5)
     await desk.type("1", prompts=1)
-    await asyncio.wait_for(first, 2)
+    await asyncio.wait_for(first, 5)
     await desk.until("✓ Confirm: answered")
     await asyncio.sleep(0.05)
     assert "[Name]" not in desk.text  # dropped, never shown
@@ -240,16 +240,16 @@ async def test_answered_elsewhere(desk: Desk) -> None:
     await desk.serve(other, "slack")
     asked = desk.ask(CONFIRM)
     await desk.until(PROMPT)
-    offer = await other.next_presented(2)
+    offer = await other.next_presented(5)
     await other.answer(offer.request_id, [{"id": "deploy", "selected": ["No"]}], by="slack:U123")
-    assert (await asyncio.wait_for(asked, 2)).to_json() == (
+    assert (await asyncio.wait_for(asked, 5)).to_json() == (
         '{"answers":[{"id":"deploy","selected":["No"]}]}'
     )
     await desk.until("✗ Confirm: retracted — answered elsewhere by slack:U123")
     # The abandoned prompt does not swallow the next request's input.
     nxt = desk.ask(NAME, turn="t2")
     await desk.type("Hazel", prompts=2)
-    assert '"custom":"Hazel"' in (await asyncio.wait_for(nxt, 2)).to_json()
+    assert '"custom":"Hazel"' in (await asyncio.wait_for(nxt, 5)).to_json()
 
 
 class _Deaf(ConsoleAnswerer):
@@ -265,14 +265,14 @@ async def test_late_answer_is_refused(make_desk: Callable[..., Awaitable[Desk]])
     await desk.serve(other, "slack")
     asked = desk.ask(CONFIRM)
     await desk.until(PROMPT)
-    offer = await other.next_presented(2)
+    offer = await other.next_presented(5)
     await other.answer(offer.request_id, [{"id": "deploy", "selected": ["No"]}], by="slack:U123")
-    await asyncio.wait_for(asked, 2)
+    await asyncio.wait_for(asked, 5)
     await desk.type("1", prompts=1)
     await desk.until("✗ Confirm: already settled: answered by slack:U123")
     nxt = desk.ask(NAME, turn="t2")
     await desk.type("Hazel", prompts=2)  # moved on to the next request
-    await asyncio.wait_for(nxt, 2)
+    await asyncio.wait_for(nxt, 5)
 
 
 async def test_input_closed_passes_claims_on(desk: Desk) -> None:
@@ -285,10 +285,10 @@ async def test_input_closed_passes_claims_on(desk: Desk) -> None:
     # No tier after this one: both fall through to NO_ANSWERER instead of hanging.
     for task in (asked, queued):
         with pytest.raises(AskError) as err:
-            await asyncio.wait_for(task, 2)
+            await asyncio.wait_for(task, 5)
         assert err.value.code is ErrorCode.NO_ANSWERER
     with pytest.raises(AskError) as later:
-        await asyncio.wait_for(desk.ask(CONFIRM, turn="t3"), 2)
+        await asyncio.wait_for(desk.ask(CONFIRM, turn="t3"), 5)
     assert later.value.code is ErrorCode.NO_ANSWERER  # declined from now on
 
 

@@ -256,11 +256,11 @@ async def test_delegated_caller_and_restored_root(backend: Backend) -> None:
 async def test_delegated_caller_when_owner_heartbeat_lapses_later(backend: Backend) -> None:
     async with backend.seam() as seam:
         async with running(seam, MemoryAnswerer(reply=lambda o: YES), "mem"):
-            await seam.redis.set(seam.keys.agent("ghost"), "", px=800)  # a process that died
+            await seam.redis.set(seam.keys.agent("ghost"), "", px=1500)  # a process that died
             with pytest.raises(AskError) as info:
                 await seam.ask(SEED, caller(agent="child", owner="ghost"))
             assert info.value.code is ErrorCode.DELEGATED_CALLER
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.6)
             assert (
                 await seam.ask(SEED, caller(agent="child", owner="ghost"))
             ).to_json() == YES_JSON

@@ -235,16 +235,20 @@ async def test_retracted_while_queued(desk: Desk) -> None:
     assert "[Name]" not in desk.text  # dropped, never shown
 
 
-async def test_answered_elsewhere(desk: Desk) -> None:
+async def answered_on_slack_while_prompting(desk: Desk) -> Answers:
+    """Another group of the tier (slack:U123) answers while the console prompts."""
     other = MemoryAnswerer()
     await desk.serve(other, "slack")
     asked = desk.ask(CONFIRM)
     await desk.until(PROMPT)
     offer = await other.next_presented(5)
     await other.answer(offer.request_id, [{"id": "deploy", "selected": ["No"]}], by="slack:U123")
-    assert (await asyncio.wait_for(asked, 5)).to_json() == (
-        '{"answers":[{"id":"deploy","selected":["No"]}]}'
-    )
+    return await asyncio.wait_for(asked, 5)
+
+
+async def test_answered_elsewhere(desk: Desk) -> None:
+    answers = await answered_on_slack_while_prompting(desk)
+    assert answers.to_json() == '{"answers":[{"id":"deploy","selected":["No"]}]}'
     await desk.until("✗ Confirm: retracted — answered elsewhere by slack:U123")
     # The abandoned prompt does not swallow the next request's input.
     nxt = desk.ask(NAME, turn="t2")
@@ -261,13 +265,7 @@ class _Deaf(ConsoleAnswerer):
 
 async def test_late_answer_is_refused(make_desk: Callable[..., Awaitable[Desk]]) -> None:
     desk = await make_desk(_Deaf)
-    other = MemoryAnswerer()
-    await desk.serve(other, "slack")
-    asked = desk.ask(CONFIRM)
-    await desk.until(PROMPT)
-    offer = await other.next_presented(5)
-    await other.answer(offer.request_id, [{"id": "deploy", "selected": ["No"]}], by="slack:U123")
-    await asyncio.wait_for(asked, 5)
+    await answered_on_slack_while_prompting(desk)
     await desk.type("1", prompts=1)
     await desk.until("✗ Confirm: already settled: answered by slack:U123")
     nxt = desk.ask(NAME, turn="t2")

@@ -137,17 +137,11 @@ async def running(
     runtime = AnswererRuntime(
         seam, answerer, group=group, priority=priority, scope=scope, consumer=consumer
     )
-    task = asyncio.create_task(runtime.run())
-    ready = asyncio.create_task(runtime.ready.wait())
-    await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED, timeout=15)
-    if task.done():
-        task.result()  # raise what stopped it
-    assert runtime.ready.is_set(), f"group {group} did not start within 15 s"
+    task = await runtime.start(timeout=15)
     try:
         yield runtime
     finally:
         task.cancel()
-        ready.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 

@@ -78,8 +78,7 @@ class Desk:
 
     async def serve(self, answerer: Any, group: str) -> AnswererRuntime:
         runtime = AnswererRuntime(self.seam, answerer, group=group, priority=0)
-        self.tasks.append(asyncio.create_task(runtime.run()))
-        await asyncio.wait_for(runtime.ready.wait(), 5)
+        self.tasks.append(await runtime.start(timeout=5))
         return runtime
 
 
@@ -101,9 +100,8 @@ async def make_desk(seam: Seam) -> AsyncIterator[Callable[..., Awaitable[Desk]]]
         console = Console(file=out, width=120, force_terminal=False)
         answerer = answerer_cls(ConsoleOptions(by="console:alice"), input=reader, console=console)
         runtime = AnswererRuntime(seam, answerer, group="console", priority=0)
-        desk = Desk(seam, reader, out, runtime, [asyncio.create_task(runtime.run())])
+        desk = Desk(seam, reader, out, runtime, [await runtime.start(timeout=5)])
         desks.append(desk)
-        await asyncio.wait_for(runtime.ready.wait(), 5)
         return desk
 
     yield make

@@ -57,9 +57,8 @@ async def run_demo(*, auto: bool, settings: Settings | None) -> None:
     answerer = load_answerer(kind)()
     async with Seam(source, settings=settings) as seam:
         runtime = AnswererRuntime(seam, answerer, group=f"demo-{kind}", priority=0)
-        worker = asyncio.create_task(runtime.run())
+        worker = await runtime.start()
         try:
-            await runtime.ready.wait()
             tool = AskUserQuestionTool(seam)
             caller = Caller(agent_id="demo-agent", turn_id=uuid.uuid4().hex)
             out.print(f"[bold]agent[/bold] calls [cyan]{tool.name}[/cyan] with:")

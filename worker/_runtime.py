@@ -88,6 +88,22 @@ class AnswererRuntime:
 
     # --- lifecycle -------------------------------------------------------------------
 
+    async def start(self, timeout: float | None = None) -> asyncio.Task[None]:
+        """Run in a task; return it once the group is live. If the runtime stops before
+        (bad settings, Redis down), raise what stopped it instead of waiting forever."""
+        task = asyncio.create_task(self.run(), name=f"askq-{self.group}")
+        ready = asyncio.create_task(self.ready.wait())
+        try:
+            await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED, timeout=timeout)
+        finally:
+            ready.cancel()
+        if task.done():
+            task.result()  # raises what stopped it
+        if not self.ready.is_set():
+            task.cancel()
+            raise AskError(ErrorCode.INTERNAL, f"group {self.group} did not start in {timeout} s")
+        return task
+
     async def run(self) -> None:
         """Register, then serve until cancelled."""
         # The channel starts first: a group must not turn live before it can show anything.

@@ -224,20 +224,16 @@ def worker(
                 scope=selector,
                 consumer=consumer,
             )
-            task = asyncio.create_task(runtime.run())
+            task = await runtime.start()
+            click.echo(
+                f"askq worker: {runtime.group} ({kind}) priority {priority},"
+                f" replica {runtime.consumer}: ready",
+                err=True,
+            )
             stopping = asyncio.create_task(stop.wait())
-            ready = asyncio.create_task(runtime.ready.wait())
-            await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
-            if runtime.ready.is_set():
-                click.echo(
-                    f"askq worker: {runtime.group} ({kind}) priority {priority},"
-                    f" replica {runtime.consumer}: ready",
-                    err=True,
-                )
             await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
             task.cancel()
             stopping.cancel()
-            ready.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 import uuid
 from collections import OrderedDict
@@ -252,10 +253,7 @@ class Seam:
             # Cancelled while publishing: the request may be out there with nobody
             # waiting for it, so withdraw it (a no-op if it never got published).
             self._waiter.forget(request.id)
-            with contextlib.suppress(Exception):
-                await asyncio.shield(
-                    self.cancel(request.id, ErrorCode.ABORTED, ABORTED_MESSAGE, by="caller")
-                )
+            await self._withdraw(request.id)
             raise
         except BaseException:
             self._waiter.forget(request.id)
@@ -309,18 +307,28 @@ class Seam:
                 if not future.done():
                     # The turn's signal fired: cancel, then take whichever settlement won
                     # (an answer that landed first is still the answer).
-                    await self.cancel(request_id, ErrorCode.ABORTED, ABORTED_MESSAGE, by="caller")
+                    await self._withdraw(request_id, quiet=False)
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             if not future.done():
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(
-                        self.cancel(request_id, ErrorCode.ABORTED, ABORTED_MESSAGE, by="caller")
-                    )
+                await self._withdraw(request_id)
             raise
         finally:
             if not future.done():
                 self._waiter.forget(request_id)  # this process stops waiting for it
+
+    async def _withdraw(self, request_id: str, *, quiet: bool = True) -> None:
+        """The caller gives up on its ask (signal, cancelled task). Shielded, so the
+        withdrawal completes even while the caller's task is being cancelled; `quiet`
+        when the caller is leaving anyway and a failure has nobody to tell."""
+        withdrawal = asyncio.shield(
+            self.cancel(request_id, ErrorCode.ABORTED, ABORTED_MESSAGE, by="caller")
+        )
+        if not quiet:
+            await withdrawal
+            return
+        with contextlib.suppress(Exception):
+            await withdrawal
 
     async def cancel(self, request_id: str, code: ErrorCode, message: str, *, by: str) -> bool:
         """Settle a pending request as CANCELLED; False if it had already settled."""
@@ -535,8 +543,6 @@ class Seam:
 
     async def status(self, limit: int = 100) -> Status:
         """Groups (priority, live replicas, entries pending) and the oldest requests pending."""
-        import json
-
         k = self.keys
         with self.redis_errors():
             now = await self.now_ms()

@@ -400,7 +400,12 @@ async def test_tier_stream_is_trimmed_but_pending_claims_are_kept(backend: Backe
 async def test_replicas_that_left_are_forgotten(seam: Seam) -> None:
     for name in ("first", "second"):
         async with running(seam, MemoryAnswerer(), "mem", consumer=name):
-            await asyncio.sleep(0.2)  # its first read makes it a consumer of the stream
+            # Its first read makes it a consumer of the stream; wait for that, not a time.
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and name not in {
+                c["name"] for c in await seam.redis.xinfo_consumers(seam.keys.tier(0), "mem")
+            }:
+                await asyncio.sleep(0.02)
     stream = seam.keys.tier(0)
     assert {c["name"] for c in await seam.redis.xinfo_consumers(stream, "mem")} == {
         "first",

@@ -1,6 +1,6 @@
 """askq: the queue core. The public API is re-exported here."""
 
-from ._answerer import FINAL_REFUSALS, Answerer, AnswererOptions, GroupHandle
+from ._answerer import FINAL_REFUSALS, Answerer, AnswererOptions, GroupHandle, RetryLater
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
 from ._models import (
@@ -48,6 +48,7 @@ __all__ = [
     "Option",
     "Question",
     "Retraction",
+    "RetryLater",
     "Seam",
     "Settings",
     "Settlement",

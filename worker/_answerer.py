@@ -9,7 +9,7 @@ group, not to the replica that showed the question.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict
@@ -23,6 +23,18 @@ if TYPE_CHECKING:
 
 # An answer refused with one of these will never be accepted, whoever retries it.
 FINAL_REFUSALS = frozenset({ErrorCode.ALREADY_SETTLED, ErrorCode.NOT_CLAIMED, ErrorCode.NOT_FOUND})
+
+
+class RetryLater(Exception):  # noqa: N818 - it is an instruction, not an error
+    """Raised by a send to be run again after `seconds` (e.g. Slack's Retry-After)."""
+
+    def __init__(self, seconds: float, reason: str = "") -> None:
+        super().__init__(reason or f"retry in {seconds:g} s")
+        self.seconds = float(seconds)
+
+
+# Enqueue a send: (job name, JSON-able keyword arguments).
+Sender = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
 class AnswererOptions(BaseModel):
@@ -41,9 +53,11 @@ class GroupHandle:
         *,
         take: Callable[[str], Offer | None] | None = None,
         restore: Callable[[Offer], None] | None = None,
+        sender: Sender | None = None,
     ) -> None:
         self.seam = seam
         self.name = group
+        self._sender = sender
         self._take = take or (lambda request_id: None)
         self._restore = restore or (lambda offer: None)
 
@@ -68,6 +82,16 @@ class GroupHandle:
         self._take(request_id)
         return await self.seam.release(request_id, self.name)
 
+    async def send(self, job: str, /, **kwargs: Any) -> None:
+        """Run `answerer.<job>(**kwargs)` as a retried side effect (a Slack post, an
+        email): durably queued, run by any live replica of the group, retried with
+        backoff (or after `RetryLater.seconds`) up to `Answerer.send_tries` times, then
+        handed to `Answerer.send_failed`. Returns once queued, not once run. `kwargs`
+        must be JSON-serializable; the job must be safe to run twice."""
+        if self._sender is None:
+            raise AskError(ErrorCode.INTERNAL, f"group {self.name} has no send queue")
+        await self._sender(job, kwargs)
+
 
 OptionsT = TypeVar("OptionsT", bound=AnswererOptions)
 
@@ -85,6 +109,8 @@ class Answerer(Generic[OptionsT]):
 
     kind: ClassVar[str] = ""
     Options: ClassVar[type[AnswererOptions]] = AnswererOptions
+    # How often a send (`GroupHandle.send`) is tried before `send_failed`.
+    send_tries: ClassVar[int] = 8
 
     group: GroupHandle
 
@@ -107,6 +133,10 @@ class Answerer(Generic[OptionsT]):
 
     async def retract(self, retraction: Retraction) -> None:
         """A question this replica showed settled elsewhere or was cancelled."""
+
+    async def send_failed(self, job: str, kwargs: dict[str, Any], error: BaseException) -> None:
+        """A send ran out of tries. Override to give the question back (release), so
+        the waterfall falls through instead of waiting on a message nobody saw."""
 
     async def stop(self) -> None:
         """Called once when the worker stops."""

@@ -34,6 +34,7 @@ from ._errors import AskError, ErrorCode
 from ._keys import split_groups
 from ._models import AskRequest, Offer, Retraction, scope_matches
 from ._seam import RequestInfo, Seam
+from ._sends import LocalSends
 
 log = logging.getLogger("askq.runtime")
 
@@ -74,11 +75,13 @@ class AnswererRuntime:
         self.stream = seam.keys.tier(self.priority)
         self.presented: dict[str, Offer] = {}
         self.ready = asyncio.Event()
+        self.sends = LocalSends(answerer)
         self._handle = GroupHandle(
             seam,
             group,
             take=lambda request_id: self.presented.pop(request_id, None),
             restore=lambda offer: self.presented.__setitem__(offer.request_id, offer),
+            sender=lambda job, kwargs: self.sends.enqueue(job, kwargs),
         )
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -129,6 +132,7 @@ class AnswererRuntime:
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*filter(None, [heartbeat, *self._tasks]), return_exceptions=True)
+            await self.sends.aclose()
             with contextlib.suppress(Exception):
                 await self.answerer.stop()
             if self.ready.is_set():

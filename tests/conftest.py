@@ -74,9 +74,25 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _fakeredis_info() -> None:
+    """fakeredis has no INFO; arq's worker logs the server's INFO at start-up and
+    nothing else. Give fakeredis a minimal one so arq runs on it as on Redis (the
+    product never reads INFO)."""
+    from fakeredis._commands import command
+    from fakeredis._socket._fakesocket import FakeSocket
+
+    def info(self: Any, *sections: bytes) -> bytes:
+        return b"# Server\r\nredis_version:7.0.0\r\n"
+
+    if not hasattr(FakeSocket, "info"):
+        FakeSocket.info = command((), (bytes,), name="info")(info)
+
+
 @pytest.fixture(scope="session")
 def fake_url() -> Iterator[str]:
     from fakeredis import TcpFakeServer
+
+    _fakeredis_info()
 
     port = _free_port()
     server = TcpFakeServer(("127.0.0.1", port), server_type="redis")
@@ -132,10 +148,12 @@ async def running(
     priority: int = 0,
     scope: dict[str, str] | None = None,
     consumer: str | None = None,
+    **timing: float | None,
 ) -> AsyncIterator[AnswererRuntime]:
-    """Run one replica of a group for the duration of the block."""
+    """Run one replica of a group for the duration of the block (`timing`:
+    decision_window, escalate_after, remind_after)."""
     runtime = AnswererRuntime(
-        seam, answerer, group=group, priority=priority, scope=scope, consumer=consumer
+        seam, answerer, group=group, priority=priority, scope=scope, consumer=consumer, **timing
     )
     task = await runtime.start(timeout=15)
     try:
@@ -144,6 +162,20 @@ async def running(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@contextlib.asynccontextmanager
+async def sweeping(backend: Backend, **overrides: Any) -> AsyncIterator[Any]:
+    """Run a sweeper's timer loop (its own seam) for the duration of the block."""
+    from worker._sweeper import Sweeper
+
+    async with backend.seam(**overrides) as seam:
+        sweeper = Sweeper(seam)
+        sweeper.start()
+        try:
+            yield sweeper
+        finally:
+            await sweeper.aclose()
 
 
 SEED = SEED_QUESTION  # the seed's example call

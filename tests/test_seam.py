@@ -446,3 +446,16 @@ async def test_ask_cancelled_while_publishing_withdraws_the_request(
         [reply_key] = [k async for k in seam.redis.scan_iter(match=seam.keys.reply("*"))]
         settled = Settlement.model_validate_json(await seam.redis.get(reply_key))
         assert (settled.state, settled.code) == ("CANCELLED", ErrorCode.ABORTED)
+
+
+async def test_ask_with_a_stale_view_of_the_tiers_retries(backend: Backend, seam: Seam) -> None:
+    """A tier registered after this seam cached the registry: the script answers STALE
+    and the ask retries with a fresh view (the request does not exist yet)."""
+    async with running(seam, MemoryAnswerer(accept=False), "late", priority=5):
+        await seam.tier_streams(refresh=True)
+        async with backend.seam() as other:
+            first = MemoryAnswerer(reply=lambda o: YES)
+            async with running(other, first, "first", priority=1):
+                answers = await seam.ask(SEED, Caller(agent_id="a", turn_id="t"))
+    assert answers.to_json() == YES_JSON
+    assert (await first.next_presented()).tier == 1

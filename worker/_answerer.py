@@ -89,7 +89,10 @@ class GroupHandle:
         handed to `Answerer.send_failed`. Returns once queued, not once run. `kwargs`
         must be JSON-serializable; the job must be safe to run twice."""
         if self._sender is None:
-            raise AskError(ErrorCode.INTERNAL, f"group {self.name} has no send queue")
+            raise AskError(
+                ErrorCode.INTERNAL,
+                f"group {self.name} has no send queue: set uses_sends = True on its Answerer",
+            )
         await self._sender(job, kwargs)
 
 
@@ -109,7 +112,10 @@ class Answerer(Generic[OptionsT]):
 
     kind: ClassVar[str] = ""
     Options: ClassVar[type[AnswererOptions]] = AnswererOptions
-    # How often a send (`GroupHandle.send`) is tried before `send_failed`.
+    # A channel with side effects to retry (`GroupHandle.send`) sets `uses_sends`: each
+    # replica then also runs the group's send queue. `send_tries`: tries before
+    # `send_failed`.
+    uses_sends: ClassVar[bool] = False
     send_tries: ClassVar[int] = 8
 
     group: GroupHandle
@@ -132,7 +138,12 @@ class Answerer(Generic[OptionsT]):
         raise NotImplementedError
 
     async def retract(self, retraction: Retraction) -> None:
-        """A question this replica showed settled elsewhere or was cancelled."""
+        """A question this replica showed settled elsewhere, was cancelled, or was
+        escalated away from the group (its escalation deadline passed)."""
+
+    async def remind(self, offer: Offer) -> None:
+        """The group's reminder delay passed with the question still unanswered:
+        notify the humans again (only the replica showing it is asked)."""
 
     async def send_failed(self, job: str, kwargs: dict[str, Any], error: BaseException) -> None:
         """A send ran out of tries. Override to give the question back (release), so

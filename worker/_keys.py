@@ -89,6 +89,37 @@ class Keys:
         return f"{self.base}:events"
 
     @property
+    def timers(self) -> str:
+        """Zset of every pending deadline (see lua/fire.lua), scored by due time (ms)."""
+        return f"{self.base}:timers"
+
+    @property
+    def wake(self) -> str:
+        """Pushed when a timer becomes the earliest: wakes a sweeper waiting on it."""
+        return f"{self.base}:timers:wake"
+
+    @property
+    def callers(self) -> str:
+        """Set of the caller processes that have asked (and may have asks pending)."""
+        return f"{self.base}:callers"
+
+    def alive(self, process_id: str) -> str:
+        """A caller process's heartbeat; it expires when the process is gone."""
+        return f"{self.base}:alive:{process_id}"
+
+    def asked(self, process_id: str) -> str:
+        """The pending asks a caller process waits on."""
+        return f"{self.base}:asked:{process_id}"
+
+    def process_of(self, inbox: str) -> str:
+        """The process id an inbox key belongs to."""
+        return inbox.rpartition(":")[2]
+
+    def queue(self, name: str) -> str:
+        """An arq queue (sends of a group, the sweeper's jobs)."""
+        return f"{self.base}:arq:{name}"
+
+    @property
     def pattern(self) -> str:
         """Matches every key of this prefix (for cleanup and key counts)."""
         return f"{self.base}:*"

@@ -96,9 +96,12 @@ class Answer(_Strict):
 
 
 class Answers(_Strict):
-    """The tool output: `{"answers": [...]}`, one per question, in question order."""
+    """The tool output: `{"answers": [...]}`, one per question, in question order.
+    `defaulted`: no human answered; these are the defaults the ask declared for its
+    timeout (the model must be able to tell them from a human's answer)."""
 
     answers: list[Answer]
+    defaulted: bool = False
 
     def to_json(self) -> str:
         """The exact compact JSON the model reads (`custom` omitted when unused)."""
@@ -107,7 +110,7 @@ class Answers(_Strict):
             | ({"custom": a.custom} if a.custom is not None else {})
             for a in self.answers
         ]
-        return compact_json({"answers": body})
+        return compact_json({"answers": body} | ({"defaulted": True} if self.defaulted else {}))
 
 
 class Caller(_Strict):
@@ -139,11 +142,12 @@ class Settlement(BaseModel):
     code: ErrorCode | None = None
     message: str | None = None
     by: str | None = None
+    defaulted: bool | None = None  # answered by the ask's timeout default, not a human
 
     def result(self) -> Answers:
         """The answers, or the AskError this settlement stands for."""
         if self.state == "ANSWERED" and self.answers is not None:
-            return Answers(answers=self.answers)
+            return Answers(answers=self.answers, defaulted=bool(self.defaulted))
         raise AskError(self.code or ErrorCode.INTERNAL, self.message or "request failed")
 
 
@@ -236,6 +240,21 @@ def parse_input(args: Any) -> AskInput:
             seen_labels.add(label)
     _raise_invalid(problems)
     return parsed
+
+
+def default_answers(request: AskRequest, default: Any) -> Any:
+    """The answers a timeout settles with: `default` as given, else each question's
+    recommended option (a free-text question has none, so it needs `default`)."""
+    if default is not None:
+        return default
+    missing = [q.id for q in request.questions if not q.options]
+    if missing:
+        raise AskError(
+            ErrorCode.INVALID_REQUEST,
+            f"on_timeout='default' needs a default answer for free-text question(s)"
+            f" {', '.join(missing)}: pass default",
+        )
+    return [{"id": q.id, "selected": q.recommended} for q in request.questions]
 
 
 def parse_answers(questions: list[Question], raw: Any) -> Answers:

@@ -34,7 +34,7 @@ from ._errors import AskError, ErrorCode
 from ._keys import split_groups
 from ._models import AskRequest, Offer, Retraction, scope_matches
 from ._seam import RequestInfo, Seam
-from ._sends import LocalSends
+from ._sends import SendQueue
 
 log = logging.getLogger("askq.runtime")
 
@@ -43,6 +43,14 @@ TERMINAL = {"ANSWERED", "FAILED", "CANCELLED"}
 READ_COUNT = 64
 MAX_IN_FLIGHT = 256
 RECOVER_BATCH = 100
+
+
+def _ms(seconds: float | None, name: str) -> int:
+    if seconds is None:
+        return 0
+    if seconds < 0:
+        raise AskError(ErrorCode.CONFIG_ERROR, f"{name} must be >= 0 seconds, not {seconds}")
+    return int(seconds * 1000)
 
 
 def _stream_id(entry_id: str) -> tuple[int, int]:
@@ -60,7 +68,14 @@ class AnswererRuntime:
         priority: int = 0,
         scope: dict[str, str] | None = None,
         consumer: str | None = None,
+        decision_window: float | None = None,
+        escalate_after: float | None = None,
+        remind_after: float | None = None,
     ) -> None:
+        """`decision_window`: seconds the group has to decide an offer (default: the
+        setting); `escalate_after`: seconds a claim may go unanswered before the request
+        moves on to the next tier; `remind_after`: seconds until the channel is asked
+        to remind its humans (`Answerer.remind`). None: no escalation, no reminder."""
         if not GROUP_NAME.match(group):
             raise AskError(
                 ErrorCode.CONFIG_ERROR,
@@ -71,17 +86,23 @@ class AnswererRuntime:
         self.group = group
         self.priority = int(priority)
         self.scope = dict(scope or {})
+        window = seam.settings.decision_window if decision_window is None else decision_window
+        self.timing = {
+            "decision_window_ms": _ms(window, "decision_window"),
+            "escalate_ms": _ms(escalate_after, "escalate_after"),
+            "remind_ms": _ms(remind_after, "remind_after"),
+        }
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{id(self):x}"
         self.stream = seam.keys.tier(self.priority)
         self.presented: dict[str, Offer] = {}
         self.ready = asyncio.Event()
-        self.sends = LocalSends(answerer)
+        self.sends = SendQueue(seam.settings, seam.keys.queue(f"sends:{group}"), answerer)
         self._handle = GroupHandle(
             seam,
             group,
             take=lambda request_id: self.presented.pop(request_id, None),
             restore=lambda offer: self.presented.__setitem__(offer.request_id, offer),
-            sender=lambda job, kwargs: self.sends.enqueue(job, kwargs),
+            sender=self.sends.enqueue if answerer.uses_sends else None,
         )
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -123,7 +144,10 @@ class AnswererRuntime:
             await self._register()
             heartbeat = asyncio.create_task(self._heartbeat_loop(), name=f"askq-{self.group}-beat")
             self.ready.set()
-            await asyncio.gather(heartbeat, *(loop.start() for loop in blocking))
+            loops = [heartbeat, *(loop.start() for loop in blocking)]
+            if self.answerer.uses_sends:
+                loops.append(asyncio.create_task(self.sends.run(), name=f"askq-{self.group}-sends"))
+            await asyncio.gather(*loops)
         finally:
             if heartbeat is not None:
                 heartbeat.cancel()
@@ -132,8 +156,12 @@ class AnswererRuntime:
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*filter(None, [heartbeat, *self._tasks]), return_exceptions=True)
-            await self.sends.aclose()
-            with contextlib.suppress(Exception):
+            # Each step runs whatever the one before raised: a send cut short at shutdown
+            # must not keep the channel from stopping (ports, sockets) or the replica
+            # from leaving.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self.sends.aclose()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self.answerer.stop()
             if self.ready.is_set():
                 with contextlib.suppress(Exception):
@@ -151,7 +179,12 @@ class AnswererRuntime:
             except ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
-            info = {"kind": self.answerer.kind, "scope": self.scope, "priority": self.priority}
+            info = {
+                "kind": self.answerer.kind,
+                "scope": self.scope,
+                "priority": self.priority,
+                **self.timing,
+            }
             async with redis.pipeline(transaction=True) as pipe:
                 pipe.hset(k.groups, self.group, str(self.priority))
                 pipe.hset(k.group_info, self.group, json.dumps(info, sort_keys=True))
@@ -352,28 +385,7 @@ class AnswererRuntime:
                 return
 
     async def _trim_stream(self) -> None:
-        """Drop the tier's entries every group is done with, so the stream stays bounded.
-
-        Kept: every entry still pending in some group (a claim may be held for hours;
-        recovery needs its entry) and every entry a live group has not read yet. A group
-        that is gone does not hold the stream back: offers made while it was gone were
-        never its to decide.
-        """
-        redis = self.seam.redis
-        now = await self.seam.now_ms()
-        floor: tuple[int, int] | None = None
-        for info in await redis.xinfo_groups(self.stream):
-            name = info["name"]
-            candidates = []
-            if info["pending"]:
-                candidates.append((await redis.xpending(self.stream, name))["min"])
-            live_until = await redis.zscore(self.seam.keys.live, name)
-            if live_until is not None and live_until > now:
-                candidates.append(info["last-delivered-id"])
-            for entry_id in filter(None, candidates):  # None: acknowledged meanwhile
-                floor = min(floor or _stream_id(entry_id), _stream_id(entry_id))
-        if floor is not None:
-            await redis.xtrim(self.stream, minid=f"{floor[0]}-{floor[1]}", approximate=False)
+        await trim_tier(self.seam, self.stream)
 
     # --- retraction ------------------------------------------------------------------
 
@@ -388,9 +400,18 @@ class AnswererRuntime:
 
     async def _on_event(self, fields: dict[str, Any]) -> None:
         request_id = fields.get("request", "")
-        if request_id not in self.presented:
+        offer = self.presented.get(request_id)
+        if offer is None:
             return
         state = fields.get("state", "")
+        if fields.get("group", self.group) != self.group:
+            return  # another group's reminder or escalation
+        if state == "REMIND":
+            try:
+                await self.answerer.remind(offer)
+            except Exception:  # noqa: BLE001
+                log.exception("%s could not remind %s", self.group, request_id)
+            return
         if state == "OFFERED" and fields.get("tier") == str(self.priority):
             return
         await self._retract(
@@ -424,3 +445,30 @@ class AnswererRuntime:
                         by=by or None,
                     )
                 )
+
+
+async def trim_tier(seam: Seam, stream: str) -> int:
+    """Drop the tier's entries every group is done with, so the stream stays bounded;
+    returns how many were dropped.
+
+    Kept: every entry still pending in some group (a claim may be held for hours;
+    recovery needs its entry) and every entry a live group has not read yet. A group
+    that is gone does not hold the stream back: offers made while it was gone were
+    never its to decide.
+    """
+    redis = seam.redis
+    now = await seam.now_ms()
+    floor: tuple[int, int] | None = None
+    for info in await redis.xinfo_groups(stream):
+        name = info["name"]
+        candidates = []
+        if info["pending"]:
+            candidates.append((await redis.xpending(stream, name))["min"])
+        live_until = await redis.zscore(seam.keys.live, name)
+        if live_until is not None and live_until > now:
+            candidates.append(info["last-delivered-id"])
+        for entry_id in filter(None, candidates):  # None: acknowledged meanwhile
+            floor = min(floor or _stream_id(entry_id), _stream_id(entry_id))
+    if floor is None:
+        return 0
+    return int(await redis.xtrim(stream, minid=f"{floor[0]}-{floor[1]}", approximate=False))

@@ -1,7 +1,7 @@
 """The Lua scripts: every state transition of a request, each one atomic in Redis.
 
 Each `lua/<name>.lua` is one named transition (ask, accept, decline, release, answer,
-cancel, abort_turn); `--@include <name>` pulls in shared helpers, resolved here once.
+cancel, fire, abort_turn); `--@include <name>` pulls in shared helpers, resolved here once.
 redis-py's Script runs EVALSHA and loads the script on NOSCRIPT, so a script's text is
 sent once per server, not per call.
 """
@@ -14,7 +14,17 @@ from importlib import resources
 
 _INCLUDE = re.compile(r"^--@include (\w+)\s*$", re.MULTILINE)
 
-NAMES = ("ask", "accept", "decline", "release", "answer", "cancel", "abort_turn")
+NAMES = (
+    "ask",
+    "accept",
+    "decline",
+    "release",
+    "answer",
+    "cancel",
+    "fire",
+    "abort_turn",
+    "forget_caller",
+)
 
 
 @cache

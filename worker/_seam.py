@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 from redis.asyncio import Redis
@@ -34,6 +35,7 @@ from ._models import (
     Offer,
     Question,
     Settlement,
+    default_answers,
     parse_answers,
     parse_input,
 )
@@ -45,7 +47,33 @@ ABORTED_MESSAGE = (
     "The user aborted this turn, so the question was withdrawn. Stop here and wait for"
     " the user's next message."
 )
+TIMED_OUT_MESSAGE = (
+    "Nobody answered this question in time. Continue with your best judgement, or report"
+    " the open question in your final result."
+)
 INFO_CACHE = 8192
+
+OnTimeout = Literal["fail", "default"]
+
+TAKEN_OVER = Settlement(
+    state="CANCELLED",
+    code=ErrorCode.ABORTED,
+    message="Another call with the same idempotency key took over this question; its"
+    " answer goes to that call.",
+    by="idempotency key",
+).model_dump_json(exclude_none=True)
+
+
+def _idempotent_id(key: str) -> str:
+    return "i" + hashlib.sha256(key.encode()).hexdigest()[:31]
+
+
+def _fingerprint(request: AskRequest) -> str:
+    """What makes a repeated idempotent ask 'the same ask': its questions and scope."""
+    body = json.dumps(
+        [[q.model_dump(by_alias=True) for q in request.questions], request.scope], sort_keys=True
+    )
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 class AbortSignal(Protocol):
@@ -130,6 +158,8 @@ class Seam:
             self.settings.block_seconds,
         )
         self._tier_cache: list[str] | None = None
+        self._background: set[asyncio.Future[Any]] = set()
+        self._beating: asyncio.Future[None] | None = None
         self._infos: OrderedDict[str, RequestInfo] = OrderedDict()
         self._agents: dict[str, str | None] = {}
 
@@ -153,6 +183,8 @@ class Seam:
             await self.redis.ping()
 
     async def aclose(self) -> None:
+        for task in [*self._background, *filter(None, [self._beating])]:
+            task.cancel()
         await self._waiter.aclose()
         await self.redis.aclose(close_connection_pool=True)
 
@@ -165,6 +197,10 @@ class Seam:
             raise unavailable(self.settings, exc) from None
 
     # --- scripts -------------------------------------------------------------------
+
+    def script(self, name: str) -> AsyncScript:
+        """The named Lua script (lua/<name>.lua), registered once per client."""
+        return self._script(name)
 
     def _script(self, name: str) -> AsyncScript:
         script = self._scripts.get(name)
@@ -183,26 +219,47 @@ class Seam:
         self,
         name: str,
         request_id: str,
-        inbox: str,
-        turn_id: str,
         extra: Sequence[str | int],
+        *,
+        inbox: str | None = None,
+        turn_id: str | None = None,
         owner: str | None = None,
+        prev_inbox: str | None = None,
     ) -> list[str]:
+        """Run a per-request script (layout in lua/request.lua). Without `inbox` and
+        `turn_id`, the request's own are used; on STALE, the registry and the request's
+        facts are read again (a tier was added, or the request's caller moved)."""
         k = self.keys
         for attempt in range(5):
             with self.redis_errors():
                 tiers = await self.tier_streams(refresh=attempt > 0)
+                if inbox is None or turn_id is None:
+                    if attempt > 0:  # the request's caller may have moved (reattached)
+                        self._infos.pop(request_id, None)
+                    info = await self.request_info(request_id)
+                    req_inbox, req_turn = info.inbox, info.request.caller.turn_id
+                else:
+                    req_inbox, req_turn = inbox, turn_id
+            process = k.process_of(req_inbox)
             keys = [
                 k.request(request_id),
                 k.reply(request_id),
-                inbox,
-                k.turn(turn_id),
+                req_inbox,
+                k.turn(req_turn),
                 k.pending,
                 k.events,
                 k.groups,
                 k.live,
-                k.aborted(turn_id),
+                k.aborted(req_turn),
                 k.agent(owner or ""),
+                k.group_info,
+                k.timers,
+                k.wake,
+                k.asked(process),
+                k.callers,
+                k.alive(process),
+                k.asked(k.process_of(prev_inbox or req_inbox)),
+                prev_inbox or req_inbox,
                 *tiers,
             ]
             args = [
@@ -216,6 +273,9 @@ class Seam:
                 result: list[str] = await self._script(name)(keys=keys, args=args)
             if result[0] != "STALE":
                 return result
+            if prev_inbox is not None:  # an idempotent ask: read where it replies now
+                with self.redis_errors():
+                    prev_inbox = await self.redis.hget(k.request(request_id), "inbox") or req_inbox  # type: ignore[misc]
         raise AskError(ErrorCode.INTERNAL, "the answerer registry kept changing; try again")
 
     # --- the agent side -------------------------------------------------------------
@@ -227,27 +287,52 @@ class Seam:
         *,
         scope: Mapping[str, str] | None = None,
         signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        on_timeout: OnTimeout = "fail",
+        default: Any = None,
+        idempotency_key: str | None = None,
     ) -> Answers:
-        """Publish the questions and block until they are answered, or raise AskError."""
-        request = self.build_request(questions, caller, scope)
+        """Publish the questions and block until they are answered, or raise AskError.
+
+        `timeout` (seconds; default none): then `on_timeout="fail"` raises TIMED_OUT, and
+        `"default"` settles with `default` (answers in the tool's output shape), or with
+        each question's recommended option, marked `defaulted` in the result.
+        `idempotency_key` (e.g. the tool-call id): asking again with the same key while
+        the request is pending waits on that same request; after it settled, returns
+        its settlement (while it is kept) instead of asking the human again.
+        """
+        request = self.build_request(questions, caller, scope, idempotency_key=idempotency_key)
+        timeout_body = self._timeout_settlement(request, timeout, on_timeout, default)
         if signal is not None and signal.is_set():
             raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
         owner = caller.owner or self._agents.get(caller.agent_id)
         inbox = self.keys.inbox(self.process_id)
+        prev_inbox = None
+        if idempotency_key is not None:
+            with self.redis_errors():
+                prev_inbox = await self.redis.hget(self.keys.request(request.id), "inbox")  # type: ignore[misc]
         future = self._waiter.expect(request.id)
+        self._keep_alive()
         try:
             result = await self._run(
                 "ask",
                 request.id,
-                inbox,
-                caller.turn_id,
                 [
                     request.model_dump_json(by_alias=True),
                     caller.turn_id,
                     caller.agent_id,
                     "1" if owner else "0",
+                    self.process_id,
+                    int(self.settings.caller_ttl * 1000),
+                    int(timeout * 1000) if timeout is not None else 0,
+                    timeout_body,
+                    _fingerprint(request) if idempotency_key is not None else "",
+                    TAKEN_OVER,
                 ],
+                inbox=inbox,
+                turn_id=caller.turn_id,
                 owner=owner,
+                prev_inbox=prev_inbox or inbox if idempotency_key is not None else None,
             )
         except asyncio.CancelledError:
             # Cancelled while publishing: the request may be out there with nobody
@@ -258,7 +343,12 @@ class Seam:
         except BaseException:
             self._waiter.forget(request.id)
             raise
-        if result[0] != "OFFERED":
+        if result[0] == "SETTLED":
+            self._waiter.forget(request.id)
+            if not result[1]:
+                raise AskError(ErrorCode.NOT_FOUND, f"request {request.id!r} settled and expired")
+            return Settlement.model_validate_json(result[1]).result()
+        if result[0] not in ("OFFERED", "ATTACHED"):
             self._waiter.forget(request.id)
             if result[0] == "ABORTED":
                 raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
@@ -266,15 +356,94 @@ class Seam:
                 raise _delegated(caller, owner or "")
             if result[0] == "NO_ANSWERER":
                 raise AskError(ErrorCode.NO_ANSWERER, result[1])
+            if result[0] == "EXISTS":
+                raise AskError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"idempotency key {idempotency_key!r} was already used for other"
+                    " questions; use a new key for a new ask",
+                )
             raise AskError(ErrorCode.INTERNAL, f"unexpected reply to ask: {result}")
         self.remember(RequestInfo(request=request, inbox=inbox))
-        return (await self._wait(request.id, future, signal)).result()
+        timer = None
+        if timeout is not None:
+            # The caller enforces its own timeout (the sweeper does too, for a caller
+            # that is gone); firing is guarded, so only one of them does.
+            timer = asyncio.get_running_loop().call_later(
+                timeout, lambda: self._spawn(self.fire(f"timeout|{request.id}"))
+            )
+        try:
+            return (await self._wait(request.id, future, signal)).result()
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _timeout_settlement(
+        self, request: AskRequest, timeout: float | None, on_timeout: OnTimeout, default: Any
+    ) -> str:
+        """The settlement a timeout writes, decided (and validated) at ask time."""
+        if timeout is None:
+            return ""
+        if not timeout > 0:
+            raise AskError(ErrorCode.INVALID_REQUEST, f"timeout must be > 0 seconds, not {timeout}")
+        if on_timeout == "fail":
+            body = Settlement(
+                state="CANCELLED", code=ErrorCode.TIMED_OUT, message=TIMED_OUT_MESSAGE, by="timeout"
+            )
+        elif on_timeout == "default":
+            answers = parse_answers(request.questions, default_answers(request, default))
+            body = Settlement(
+                state="ANSWERED", answers=answers.answers, by="timeout", defaulted=True
+            )
+        else:
+            raise AskError(
+                ErrorCode.INVALID_REQUEST,
+                f"on_timeout must be 'fail' or 'default', not {on_timeout!r}",
+            )
+        return body.model_dump_json(exclude_none=True)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    def _keep_alive(self) -> None:
+        """Heartbeat this caller process while it waits on asks, so the sweeper can tell
+        a caller that is gone (its asks are cancelled) from one that is waiting."""
+        if self._beating is not None and not self._beating.done():
+            return
+        key, ttl = self.keys.alive(self.process_id), self.settings.caller_ttl
+
+        async def beat() -> None:
+            while self._waiter.pending:
+                raise_if_cancelled()
+                with contextlib.suppress(*CONNECTION_ERRORS):
+                    await self.redis.set(key, "1", px=int(ttl * 1000))
+                await asyncio.sleep(ttl / 3)
+
+        self._beating = asyncio.ensure_future(beat())
+
+    async def fire(self, timer: str) -> list[str]:
+        """Fire a due timer (see lua/fire.lua); a timer fired already or made moot is
+        a no-op. Returns the script's reply."""
+        request_id = timer.split("|")[1]
+        try:
+            return await self._run("fire", request_id, [timer])
+        except AskError as exc:
+            if exc.code != ErrorCode.NOT_FOUND:
+                raise
+            # The request is gone (expired): its timer has nothing left to do.
+            with self.redis_errors():
+                await self.redis.zrem(self.keys.timers, timer)
+            return ["MOOT"]
 
     def build_request(
         self,
         questions: AskInput | Mapping[str, Any] | Sequence[Question | Mapping[str, Any]] | str,
         caller: Caller,
         scope: Mapping[str, str] | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> AskRequest:
         if isinstance(questions, AskInput):
             parsed = questions
@@ -286,8 +455,10 @@ class Seam:
         else:
             parsed = parse_input(questions)
         scope_dict = {str(k): str(v) for k, v in (scope or {}).items()}
+        if idempotency_key is not None and not 0 < len(idempotency_key) <= 256:
+            raise AskError(ErrorCode.INVALID_REQUEST, "idempotency_key must be 1-256 characters")
         return AskRequest(
-            id=uuid.uuid4().hex,
+            id=uuid.uuid4().hex if idempotency_key is None else _idempotent_id(idempotency_key),
             questions=parsed.questions,
             scope=scope_dict,
             caller=caller,
@@ -332,14 +503,9 @@ class Seam:
 
     async def cancel(self, request_id: str, code: ErrorCode, message: str, *, by: str) -> bool:
         """Settle a pending request as CANCELLED; False if it had already settled."""
-        info = await self.request_info(request_id)
         body = Settlement(state="CANCELLED", code=code, message=message, by=by)
         result = await self._run(
-            "cancel",
-            request_id,
-            info.inbox,
-            info.request.caller.turn_id,
-            [code.value, body.model_dump_json(exclude_none=True), by],
+            "cancel", request_id, [code.value, body.model_dump_json(exclude_none=True), by]
         )
         return result[0] == "CANCELLED"
 
@@ -363,9 +529,15 @@ class Seam:
                             pipe.hget(k.request(request_id), "inbox")
                         inboxes = await pipe.execute()
                 tiers = await self.tier_streams(refresh=attempt > 0)
-                keys = [k.aborted(turn_id), k.turn(turn_id), k.pending, k.events, *tiers]
+                keys = [k.aborted(turn_id), k.turn(turn_id), k.pending, k.events, k.timers, *tiers]
                 for request_id, inbox in zip(ids, inboxes, strict=True):
-                    keys += [k.request(request_id), k.reply(request_id), inbox or k.inbox("")]
+                    inbox = inbox or k.inbox("")
+                    keys += [
+                        k.request(request_id),
+                        k.reply(request_id),
+                        inbox,
+                        k.asked(k.process_of(inbox)),
+                    ]
                 args = [
                     k.tier_prefix,
                     self.settings.settled_ttl,
@@ -440,21 +612,18 @@ class Seam:
 
     async def decline(self, offer: Offer) -> None:
         """The group will not take it; the last decline of a tier moves it on."""
-        await self._group_step("decline", offer, [offer.group, offer.tier, offer.offer_id])
+        await self.decline_entry(offer.request_id, offer.group, offer.tier, offer.offer_id)
+
+    async def decline_entry(self, request_id: str, group: str, tier: int, offer_id: str) -> None:
+        await self._run("decline", request_id, [group, tier, offer_id])
 
     async def release(self, request_id: str, group: str) -> bool:
         """Give back the group's claim; the last release of a tier moves it on."""
-        info = await self.request_info(request_id)
-        result = await self._run(
-            "release", request_id, info.inbox, info.request.caller.turn_id, [group]
-        )
+        result = await self._run("release", request_id, [group])
         return result[0] == "RELEASED"
 
     async def _group_step(self, name: str, offer: Offer, extra: list[str | int]) -> list[str]:
-        info = await self.request_info(offer.request_id)
-        return await self._run(
-            name, offer.request_id, info.inbox, info.request.caller.turn_id, extra
-        )
+        return await self._run(name, offer.request_id, extra)
 
     async def answer(self, request_id: str, group: str, answers: Any, *, by: str) -> Answers:
         """Submit a human's answer on behalf of a group holding the claim.
@@ -467,11 +636,7 @@ class Seam:
         valid = parse_answers(info.request.questions, answers)
         body = Settlement(state="ANSWERED", answers=valid.answers, by=by)
         result = await self._run(
-            "answer",
-            request_id,
-            info.inbox,
-            info.request.caller.turn_id,
-            [group, body.model_dump_json(exclude_none=True), by],
+            "answer", request_id, [group, body.model_dump_json(exclude_none=True), by]
         )
         if result[0] == "ANSWERED":
             return valid

@@ -1,22 +1,34 @@
-"""Retried side effects of a channel (`GroupHandle.send`).
+"""Retried side effects of a channel (`GroupHandle.send`), as arq jobs.
 
-A send is `answerer.<job>(**kwargs)`: a Slack post, an email. It is tried until it
-succeeds, with exponential backoff (or after `RetryLater.seconds`), up to
-`Answerer.send_tries` times, then handed to `Answerer.send_failed`.
+A send is `answerer.<job>(**kwargs)`: a Slack post, an email. It is queued in Redis on
+the group's own queue, so any live replica of the group runs it, and a replica killed
+mid-send leaves it queued for another (arq re-runs a job whose worker died once its
+in-progress mark lapses). It is tried with exponential backoff (or after
+`RetryLater.seconds`) up to `Answerer.send_tries` times, then handed to
+`Answerer.send_failed`. A channel outage delays a question; it never loses it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
+from arq import Retry
+from arq.connections import ArqRedis
+from arq.worker import Function, Worker, func
+
 from ._answerer import Answerer, RetryLater
+from ._arq import arq_pool, arq_worker
+from ._settings import Settings
 
 log = logging.getLogger("askq.sends")
 
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 60.0
+SEND_TIMEOUT = 60.0
+JOB = "askq_send"
 
 
 def backoff(attempt: int) -> float:
@@ -54,26 +66,48 @@ async def run_send(
     return delay
 
 
-class LocalSends:
-    """Sends run in this process (tasks): for tests and single-process use. A send is
-    lost if the process dies before it succeeds."""
+async def _askq_send(ctx: dict[str, Any], job: str, kwargs: dict[str, Any]) -> None:
+    delay = await run_send(ctx["answerer"], job, kwargs, ctx["job_try"])
+    if delay is not None:
+        raise Retry(defer=delay)
 
-    def __init__(self, answerer: Answerer[Any]) -> None:
+
+class SendQueue:
+    """One group's queue of sends: `enqueue` from anywhere, `run` in each replica."""
+
+    def __init__(self, settings: Settings, queue: str, answerer: Answerer[Any]) -> None:
+        self.settings = settings
+        self.queue = queue
         self.answerer = answerer
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._pool: ArqRedis | None = None
+        self._worker: Worker | None = None
 
     async def enqueue(self, job: str, kwargs: dict[str, Any]) -> None:
-        task = asyncio.create_task(self._run(job, kwargs))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if self._pool is None:
+            self._pool = await arq_pool(self.settings, self.queue)
+        await self._pool.enqueue_job(JOB, job, kwargs, _queue_name=self.queue)
 
-    async def _run(self, job: str, kwargs: dict[str, Any]) -> None:
-        attempt = 1
-        while (delay := await run_send(self.answerer, job, kwargs, attempt)) is not None:
-            await asyncio.sleep(delay)
-            attempt += 1
+    async def run(self) -> None:
+        # arq counts a try that raised Retry; run_send gives up at send_tries itself,
+        # so arq's own limit is one above and never cuts a send short.
+        send: Function = func(
+            _askq_send,
+            name=JOB,
+            max_tries=self.answerer.send_tries + 1,
+            timeout=SEND_TIMEOUT,
+        )
+        self._worker = arq_worker(
+            self.settings, self.queue, [send], ctx={"answerer": self.answerer}
+        )
+        await self._worker.async_run()
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Stop running sends (one cut short stays queued, for this group's next run)."""
+        try:
+            if self._worker is not None:
+                # close() cancels the sends in flight and re-raises their cancellation.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._worker.close()
+        finally:
+            if self._pool is not None:
+                await self._pool.aclose()

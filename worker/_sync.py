@@ -52,10 +52,14 @@ class SyncSeam:
         *,
         scope: Mapping[str, str] | None = None,
         signal: threading.Event | None = None,
+        **options: Any,
     ) -> Answers:
-        """Block until answered; `signal` is the turn's abort signal (set it to cancel)."""
+        """Block until answered; `signal` is the turn's abort signal (set it to cancel).
+        `options`: timeout, on_timeout, default, idempotency_key (see `Seam.ask`)."""
         with self._bridge(signal) as event:
-            return self._call(self.seam.ask(questions, caller, scope=scope, signal=event))
+            return self._call(
+                self.seam.ask(questions, caller, scope=scope, signal=event, **options)
+            )
 
     def execute(
         self,
@@ -64,11 +68,13 @@ class SyncSeam:
         signal: threading.Event | None = None,
         *,
         scope: Mapping[str, str] | None = None,
+        **options: Any,
     ) -> ToolResult:
-        """The `ask_user_question` tool call, blocking."""
+        """The `ask_user_question` tool call, blocking. `options`: tool_call_id,
+        timeout, on_timeout, default (see `AskUserQuestionTool.execute`)."""
         tool = AskUserQuestionTool(self.seam, scope=scope)
         with self._bridge(signal) as event:
-            return self._call(tool.execute(args, caller, event))
+            return self._call(tool.execute(args, caller, event, **options))
 
     def abort_turn(self, turn_id: str) -> int:
         return self._call(self.seam.abort_turn(turn_id))

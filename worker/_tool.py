@@ -21,7 +21,7 @@ from ._errors import AskError, ErrorCode
 from ._models import AskInput, Caller
 
 if TYPE_CHECKING:
-    from ._seam import AbortSignal, Seam
+    from ._seam import AbortSignal, OnTimeout, Seam
 
 log = logging.getLogger("askq.tool")
 
@@ -105,9 +105,19 @@ class AskUserQuestionTool:
     name = TOOL_NAME
     description = TOOL_DESCRIPTION
 
-    def __init__(self, seam: Seam, *, scope: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        seam: Seam,
+        *,
+        scope: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        on_timeout: OnTimeout = "fail",
+    ) -> None:
+        """`timeout`/`on_timeout`: the default policy of every call (see `Seam.ask`)."""
         self.seam = seam
         self.scope = dict(scope or {})
+        self.timeout = timeout
+        self.on_timeout: OnTimeout = on_timeout
 
     @property
     def input_schema(self) -> dict[str, Any]:
@@ -129,11 +139,32 @@ class AskUserQuestionTool:
         }
 
     async def execute(
-        self, args: Any, caller: Caller, signal: AbortSignal | None = None
+        self,
+        args: Any,
+        caller: Caller,
+        signal: AbortSignal | None = None,
+        *,
+        tool_call_id: str | None = None,
+        timeout: float | None = None,
+        on_timeout: OnTimeout | None = None,
+        default: Any = None,
     ) -> ToolResult:
-        """Run one tool call. Never raises for anything the model should hear about."""
+        """Run one tool call. Never raises for anything the model should hear about.
+
+        `tool_call_id` makes the call idempotent: an agent that restarts and runs the
+        same tool call again gets the same question's answer, without asking twice.
+        `timeout`, `on_timeout`, `default` override the tool's policy for this call."""
         try:
-            answers = await self.seam.ask(args, caller, scope=self.scope, signal=signal)
+            answers = await self.seam.ask(
+                args,
+                caller,
+                scope=self.scope,
+                signal=signal,
+                timeout=timeout if timeout is not None else self.timeout,
+                on_timeout=on_timeout or self.on_timeout,
+                default=default,
+                idempotency_key=tool_call_id,
+            )
         except AskError as exc:
             return ToolResult(content=str(exc), is_error=True, code=exc.code)
         except Exception as exc:  # noqa: BLE001 - the agent loop must get a tool result

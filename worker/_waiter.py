@@ -44,7 +44,11 @@ class ReplyWaiter:
         return len(self._futures)
 
     def expect(self, request_id: str) -> asyncio.Future[Settlement]:
-        """Register interest before the request is published, so no wake-up is missed."""
+        """Register interest before the request is published, so no wake-up is missed.
+        Asks waiting on the same request (an idempotent ask repeated) share one future."""
+        future = self._futures.get(request_id)
+        if future is not None and not future.done():
+            return future
         future = asyncio.get_running_loop().create_future()
         self._futures[request_id] = future
         if not self._loop.running:

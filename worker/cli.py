@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import sys
 import uuid
@@ -23,7 +24,7 @@ from ._models import Caller
 from ._plugins import answerer_kinds, load_answerer
 from ._runtime import AnswererRuntime
 from ._seam import Seam
-from ._settings import Settings
+from ._settings import Settings, settings_error
 
 T = TypeVar("T")
 
@@ -76,7 +77,7 @@ def main(ctx: click.Context, redis_url: str | None, prefix: str | None) -> None:
     try:
         ctx.obj = Settings(**overrides)
     except ValidationError as exc:
-        _fail(AskError(ErrorCode.CONFIG_ERROR, f"settings: {exc.errors()[0]['msg']}"))
+        _fail(settings_error(exc))
 
 
 def _question_from_flags(
@@ -110,6 +111,23 @@ def _question_from_flags(
 @click.option("--owner", default=None, help="The agent that owns the caller, if any.")
 @click.option("--turn", default=None, help="Turn id (default: a new one).")
 @click.option("--scope", "scope", multiple=True, help="Routing label key=value (repeatable).")
+@click.option("--timeout", type=float, default=None, help="Seconds to wait (default: no timeout).")
+@click.option(
+    "--on-timeout",
+    type=click.Choice(["fail", "default"]),
+    default="fail",
+    show_default=True,
+    help="fail: exit TIMED_OUT. default: answer with --default (or each question's"
+    " recommended option), marked defaulted.",
+)
+@click.option(
+    "--default", "default_json", default=None, help="Default answers JSON for --on-timeout default."
+)
+@click.option(
+    "--idempotency-key",
+    default=None,
+    help="Asking again with this key waits on the same request, or prints its stored answer.",
+)
 @click.pass_obj
 def ask(
     settings: Settings,
@@ -123,6 +141,10 @@ def ask(
     owner: str | None,
     turn: str | None,
     scope: tuple[str, ...],
+    timeout: float | None,
+    on_timeout: Any,
+    default_json: str | None,
+    idempotency_key: str | None,
 ) -> None:
     """Ask and wait; print the answers JSON. Input: FILE, '-' or stdin (tool-input JSON),
     or one question from --question/--option. The agent stays live while this runs."""
@@ -139,11 +161,26 @@ def ask(
         owner=owner,
     )
     route = _scope(scope)
+    default = None
+    if default_json is not None:
+        try:
+            default = json.loads(default_json)
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--default") from None
 
     async def run() -> str:
         stop = _stop_event()
         async with Seam(settings=settings) as seam, seam.agent(caller.agent_id, caller.owner):
-            answers = await seam.ask(args, caller, scope=route, signal=stop)
+            answers = await seam.ask(
+                args,
+                caller,
+                scope=route,
+                signal=stop,
+                timeout=timeout,
+                on_timeout=on_timeout,
+                default=default,
+                idempotency_key=idempotency_key,
+            )
             return answers.to_json()
 
     click.echo(_run(run))
@@ -183,6 +220,22 @@ def _answerer_options(extra: list[str]) -> dict[str, Any]:
     help="Accept only requests whose scope matches key=pattern (repeatable; shell patterns).",
 )
 @click.option("--consumer", default=None, help="Replica name; keep it stable across restarts.")
+@click.option(
+    "--decision-window",
+    type=float,
+    default=None,
+    help="Seconds to accept or decline an offer before it counts as declined"
+    " (default: ASKQ_DECISION_WINDOW).",
+)
+@click.option(
+    "--escalate-after",
+    type=float,
+    default=None,
+    help="Seconds a claimed question may go unanswered before it moves on to the next tier.",
+)
+@click.option(
+    "--remind-after", type=float, default=None, help="Seconds until the channel reminds its humans."
+)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -191,6 +244,9 @@ def worker(
     priority: int,
     scope: tuple[str, ...],
     consumer: str | None,
+    decision_window: float | None,
+    escalate_after: float | None,
+    remind_after: float | None,
 ) -> None:
     """Run one replica of an answerer group. KIND is an installed answerer; its own
     options follow (e.g. `askq worker auto --rules rules.toml --policy first`); `askq
@@ -223,6 +279,9 @@ def worker(
                 priority=priority,
                 scope=selector,
                 consumer=consumer,
+                decision_window=decision_window,
+                escalate_after=escalate_after,
+                remind_after=remind_after,
             )
             task = await runtime.start()
             click.echo(
@@ -236,6 +295,37 @@ def worker(
             stopping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    _run(run)
+
+
+@main.command()
+@click.pass_obj
+def sweeper(settings: Settings) -> None:
+    """Run a sweeper: timers (decision windows, escalation, reminders, timeouts) and
+    recovery (gone callers, orphaned claims, stream trimming). Run one or more."""
+    from arq.worker import Worker
+
+    from ._sweeper import worker_settings
+
+    async def run() -> None:
+        stop = _stop_event()
+        async with Seam(settings=settings) as seam:
+            await seam.ping()  # one clear line if Redis is unreachable
+        kwargs = worker_settings(settings)
+        arq = Worker(**kwargs, handle_signals=False)
+        task = asyncio.create_task(arq.async_run())
+        click.echo(
+            f"askq sweeper: ready (maintenance every {settings.sweep_interval:g} s,"
+            f" arq poll {settings.poll_delay:g} s)",
+            err=True,
+        )
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        await arq.close()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     _run(run)
 

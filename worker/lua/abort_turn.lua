@@ -1,16 +1,18 @@
 --@include common
 -- Abort a turn: the durable mark first (no new ask of the turn gets in), then every
 -- unsettled request of the turn -> CANCELLED(ABORTED), whether or not its caller lives.
--- KEYS: aborted, turn, pending, events, tier streams..., then req, reply, inbox per request
+-- KEYS: aborted, turn, pending, events, timers, tier streams..., then req, reply, inbox,
+--       asked per request
 -- ARGV: tier_prefix, settled_ttl, events_maxlen, abort_ttl, body, by, n_tiers, ids...
-local K_ABORTED, K_TURN, K_PENDING, K_EVENTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K_ABORTED, K_TURN, K_PENDING, K_EVENTS, K_TIMERS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local PER_REQUEST = 4
 local n_tiers = tonumber(ARGV[7])
 redis.call('SET', K_ABORTED, '1', 'EX', tonumber(ARGV[4]))
 
 local ids, slot = {}, {}
 for i = 8, #ARGV do
   ids[#ids + 1] = ARGV[i]
-  slot[ARGV[i]] = 4 + n_tiers + 3 * (#ids - 1)
+  slot[ARGV[i]] = 5 + n_tiers + PER_REQUEST * (#ids - 1)
 end
 -- The caller must have declared the keys of every request the turn holds now; the
 -- mark above keeps the set from growing, so a retry converges.
@@ -18,15 +20,16 @@ local members = redis.call('SMEMBERS', K_TURN)
 if #members ~= #ids then return {'STALE'} end
 for _, id in ipairs(members) do
   if not slot[id] then return {'STALE'} end
-  local tier = redis.call('HGET', KEYS[slot[id] + 1], 'tier')
+  local tier, inbox = unpack(redis.call('HMGET', KEYS[slot[id] + 1], 'tier', 'inbox'))
   if tier and not tier_stream(tier) then return {'STALE'} end
+  if inbox and inbox ~= KEYS[slot[id] + 3] then return {'STALE'} end
 end
 
 local cancelled = 0
 for _, id in ipairs(ids) do
   local s = slot[id]
   local k = {req = KEYS[s + 1], reply = KEYS[s + 2], inbox = KEYS[s + 3], turn = K_TURN,
-    pending = K_PENDING, events = K_EVENTS}
+    pending = K_PENDING, events = K_EVENTS, timers = K_TIMERS, asked = KEYS[s + 4]}
   local state = redis.call('HGET', k.req, 'state')
   if state and not TERMINAL[state] then
     settle(k, id, 'CANCELLED', 'ABORTED', ARGV[5], ARGV[6])

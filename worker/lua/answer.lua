@@ -6,6 +6,6 @@ local group = ARGV[5]
 local r = load()
 if not r.state or TERMINAL[r.state] then return gone(r) end
 if not contains(r.claimers, group) then return {'NOT_CLAIMED', r.state} end
-if not current_stream_declared(r) then return {'STALE'} end
+if not current_view(r) then return {'STALE'} end
 settle(k, request_id, 'ANSWERED', '', ARGV[6], ARGV[7])
 return {'ANSWERED'}

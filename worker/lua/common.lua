@@ -70,6 +70,47 @@ local function route(groups_key, live_key, after, now)
   return best, members
 end
 
+-- Timers: members of the timers zset, scored by due time (ms):
+--   timeout|<id>   window|<id>|<offer>|<group>   escalate|...   remind|...
+-- The request's hash lists its own (field `timers`), so a transition drops the ones it
+-- makes moot and a settlement drops them all. A new earliest timer wakes the sweepers.
+local function add_timer(k, member, due)
+  redis.call('ZADD', k.timers, due, member)
+  local list = redis.call('HGET', k.req, 'timers')
+  if list and list ~= '' then list = list .. ' ' .. member else list = member end
+  redis.call('HSET', k.req, 'timers', list)
+  if redis.call('ZRANGE', k.timers, 0, 0)[1] == member then
+    redis.call('LPUSH', k.wake, due)
+    redis.call('LTRIM', k.wake, 0, 0)
+  end
+end
+
+-- Drop the request's timers for which keep(member) is not true (all, without keep).
+local function drop_timers(k, keep)
+  local kept = {}
+  for member in string.gmatch(redis.call('HGET', k.req, 'timers') or '', '%S+') do
+    if keep and keep(member) then kept[#kept + 1] = member
+    else redis.call('ZREM', k.timers, member) end
+  end
+  redis.call('HSET', k.req, 'timers', table.concat(kept, ' '))
+end
+
+local function drop_timer(k, member)
+  drop_timers(k, function(m) return m ~= member end)
+end
+
+local function timer_of(kind, request_id, offer, group)
+  return kind .. '|' .. request_id .. '|' .. offer .. '|' .. group
+end
+
+-- A group's own deadlines (ms; 0 = none), as it registered them.
+local function timing(group_info, group)
+  local raw = redis.call('HGET', group_info, group)
+  local info = raw and cjson.decode(raw) or {}
+  return {window = tonumber(info.decision_window_ms) or 0,
+    escalate = tonumber(info.escalate_ms) or 0, remind = tonumber(info.remind_ms) or 0}
+end
+
 -- Acknowledge the request's current offer for every group it went to, so that no
 -- replica recovers an offer that is decided. pcall: a group deleted by hand must not
 -- abort a script half-way.
@@ -81,22 +122,30 @@ local function ack_offer(req)
   end
 end
 
--- Put the request on the stream of tier `priority`, offered to `members`. The entry
--- carries the payload, so a worker decides on a fresh offer without reading the hash.
-local function offer_to(req, request_id, priority, members)
-  local payload, inbox = unpack(redis.call('HMGET', req, 'payload', 'inbox'))
+-- Put the request on the stream of tier `priority`, offered to `members`, each with its
+-- decision window. The entry carries the payload, so a worker decides on a fresh offer
+-- without reading the hash.
+local function offer_to(k, request_id, priority, members, now)
+  local payload, inbox = unpack(redis.call('HMGET', k.req, 'payload', 'inbox'))
   local entry = redis.call('XADD', tier_prefix .. priority, '*', 'request', request_id,
     'payload', payload, 'inbox', inbox)
   local list = table.concat(members, ',')
-  redis.call('HSET', req, 'state', 'OFFERED', 'tier', priority, 'offer', entry,
+  redis.call('HSET', k.req, 'state', 'OFFERED', 'tier', priority, 'offer', entry,
     'offered', list, 'undecided', list, 'claimers', '')
+  drop_timers(k, function(m) return string.sub(m, 1, 8) == 'timeout|' end)
+  for _, group in ipairs(members) do
+    local window = timing(k.group_info, group).window
+    if window > 0 then add_timer(k, timer_of('window', request_id, entry, group), now + window) end
+  end
   return entry
 end
 
--- The one settlement: reply written, caller woken, indexes released, answerers told.
--- k = {req, reply, inbox, turn, pending, events}
+-- The one settlement: reply written, caller woken, indexes and timers released,
+-- answerers told. k = {req, reply, inbox, turn, pending, events, timers, asked}
 local function settle(k, request_id, state, code, body, by)
   ack_offer(k.req)
+  drop_timers(k)
+  redis.call('SREM', k.asked, request_id)
   redis.call('HSET', k.req, 'state', state, 'code', code, 'by', by,
     'settled_ms', now_ms(), 'undecided', '', 'claimers', '')
   redis.call('EXPIRE', k.req, settled_ttl)
@@ -124,9 +173,10 @@ end
 -- Checks before writing; returns nil when a needed stream was not declared.
 local function plan_fall_through(req, groups_key, live_key)
   local tier = tonumber(redis.call('HGET', req, 'tier'))
-  local priority, members = route(groups_key, live_key, tier, now_ms())
+  local now = now_ms()
+  local priority, members = route(groups_key, live_key, tier, now)
   if priority ~= nil and not tier_stream(priority) then return nil end
-  return {priority = priority, members = members}
+  return {priority = priority, members = members, now = now}
 end
 
 local function fall_through(k, request_id, plan)
@@ -135,7 +185,7 @@ local function fall_through(k, request_id, plan)
     return 'FAILED'
   end
   ack_offer(k.req)
-  offer_to(k.req, request_id, plan.priority, plan.members)
+  offer_to(k, request_id, plan.priority, plan.members, plan.now)
   redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*',
     'request', request_id, 'state', 'OFFERED', 'code', '', 'by', '', 'tier', plan.priority)
   return 'OFFERED'

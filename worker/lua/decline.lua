@@ -7,13 +7,6 @@ local group = ARGV[5]
 local r = load()
 local reply = not_deciding(r, group, ARGV[6], ARGV[7])
 if reply then return reply end
-if not current_stream_declared(r) then return {'STALE'} end
-local undecided = without(r.undecided, group)
-if #undecided == 0 and #r.claimers == 0 then
-  local state = move_on()
-  if not state then return {'STALE'} end
-  return {'DECLINED', state}
-end
-redis.call('XACK', tier_prefix .. r.tier, group, r.offer)
-redis.call('HSET', k.req, 'undecided', table.concat(undecided, ','))
-return {'DECLINED', r.state}
+local state = leave_undecided(r, group)
+if not state then return {'STALE'} end
+return {'DECLINED', state}

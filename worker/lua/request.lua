@@ -1,17 +1,24 @@
 --@include common
 -- The layout of every per-request script:
--- KEYS: req, reply, inbox, turn, pending, events, groups, live, aborted, owner, tier streams...
+-- KEYS: req, reply, inbox, turn, pending, events, groups, live, aborted, owner,
+--       group_info, timers, wake, asked, callers, alive, prev_asked, prev_inbox,
+--       tier streams...
 -- ARGV: tier_prefix, settled_ttl, events_maxlen, request_id, <script's own>...
+-- `asked` is the set of pending asks of the caller process whose inbox is `inbox`;
+-- `alive` that process's heartbeat key.
 
 local k = {req = KEYS[1], reply = KEYS[2], inbox = KEYS[3], turn = KEYS[4],
-  pending = KEYS[5], events = KEYS[6]}
+  pending = KEYS[5], events = KEYS[6], group_info = KEYS[11], timers = KEYS[12],
+  wake = KEYS[13], asked = KEYS[14]}
 local GROUPS, LIVE, ABORTED, OWNER = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local CALLERS, ALIVE, PREV_ASKED, PREV_INBOX = KEYS[15], KEYS[16], KEYS[17], KEYS[18]
 local request_id = ARGV[4]
 
 local function load()
-  local f = redis.call('HMGET', k.req, 'state', 'tier', 'offer', 'undecided', 'claimers', 'by', 'code')
+  local f = redis.call('HMGET', k.req, 'state', 'tier', 'offer', 'undecided', 'claimers',
+    'by', 'code', 'inbox')
   return {state = f[1], tier = f[2], offer = f[3], undecided = split(f[4]),
-    claimers = split(f[5]), by = f[6] or '', code = f[7] or ''}
+    claimers = split(f[5]), by = f[6] or '', code = f[7] or '', inbox = f[8]}
 end
 
 -- The reply for a request that is no longer in play (or never was).
@@ -20,8 +27,11 @@ local function gone(r)
   return {'SETTLED', r.state, r.by, r.code}
 end
 
--- The stream of the request's current tier must be declared before the script writes.
-local function current_stream_declared(r)
+-- Before writing: the stream of the request's current tier must be declared, and the
+-- caller's inbox must be the one the request replies to now (an idempotent ask from a
+-- restarted caller moves it). Else the script changes nothing and returns STALE.
+local function current_view(r)
+  if r.inbox and r.inbox ~= k.inbox then return false end
   return (not r.tier) or tier_stream(r.tier) ~= nil
 end
 
@@ -49,4 +59,31 @@ local function move_on()
   local plan = plan_fall_through(k.req, GROUPS, LIVE)
   if not plan then return nil end
   return fall_through(k, request_id, plan)
+end
+
+-- The group leaves the undecided set of the current offer (it declined, or its
+-- decision window closed); the last one out with no claim held moves the request on.
+-- Returns the new state, or nil (nothing changed) when the view is stale.
+local function leave_undecided(r, group)
+  if not current_view(r) then return nil end
+  local undecided = without(r.undecided, group)
+  if #undecided == 0 and #r.claimers == 0 then return move_on() end
+  redis.call('XACK', tier_prefix .. r.tier, group, r.offer)
+  redis.call('HSET', k.req, 'undecided', table.concat(undecided, ','))
+  drop_timer(k, timer_of('window', request_id, r.offer, group))
+  return r.state
+end
+
+-- The group gives up its claim (it released, or its escalation deadline passed); the
+-- last claim out with nobody left deciding moves the request on. Returns as above.
+local function leave_claim(r, group)
+  if not current_view(r) then return nil end
+  local claimers = without(r.claimers, group)
+  if #claimers == 0 and #r.undecided == 0 then return move_on() end
+  redis.pcall('XACK', tier_prefix .. r.tier, group, r.offer)
+  local state = (#claimers == 0) and 'OFFERED' or 'CLAIMED'
+  redis.call('HSET', k.req, 'state', state, 'claimers', table.concat(claimers, ','))
+  local mine = '|' .. request_id .. '|' .. r.offer .. '|' .. group
+  drop_timers(k, function(m) return string.sub(m, -#mine) ~= mine end)
+  return state
 end

@@ -1,0 +1,131 @@
+"""Idempotent asks: the same key reattaches while pending and returns the stored
+settlement after; a caller that is gone has its asks cancelled by the sweeper."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from conftest import NO, SEED, YES, YES_JSON, Backend, running
+
+from answerers.memory import MemoryAnswerer
+from worker import AskError, Caller, ErrorCode, Seam
+from worker._sweeper import Sweeper
+
+
+def caller(turn: str = "t1") -> Caller:
+    return Caller(agent_id="agent", turn_id=turn)
+
+
+async def test_restarted_caller_reattaches_and_is_not_asked_twice(
+    backend: Backend, seam: Seam
+) -> None:
+    human = MemoryAnswerer()
+    async with running(seam, human, "desk"):
+        async with backend.seam() as crashed:  # the agent process before its restart
+            pending = asyncio.create_task(crashed.ask(SEED, caller("t2"), idempotency_key="call-2"))
+            offer = await human.next_presented()
+            await crashed._waiter.aclose()  # the process "dies": it stops listening
+            async with backend.seam() as restarted:
+                again = asyncio.create_task(
+                    restarted.ask(SEED, caller("t2"), idempotency_key="call-2")
+                )
+                await asyncio.sleep(0.2)
+                assert human.presented.empty()  # the human is not asked twice
+                await human.answer(offer.request_id, YES)
+                assert (await asyncio.wait_for(again, 5)).to_json() == YES_JSON
+                # After it settled, the same key returns the stored settlement at once.
+                repeat = await restarted.ask(SEED, caller("t2"), idempotency_key="call-2")
+                assert repeat.to_json() == YES_JSON
+            pending.cancel()
+
+
+async def test_a_live_caller_whose_ask_is_taken_over_is_told(backend: Backend, seam: Seam) -> None:
+    human = MemoryAnswerer()
+    async with running(seam, human, "desk"), backend.seam() as other:
+        first = asyncio.create_task(seam.ask(SEED, caller(), idempotency_key="k"))
+        offer = await human.next_presented()
+        second = asyncio.create_task(other.ask(SEED, caller(), idempotency_key="k"))
+        with pytest.raises(AskError) as err:
+            await asyncio.wait_for(first, 5)
+        assert err.value.code == ErrorCode.ABORTED and "idempotency key" in err.value.message
+        await human.answer(offer.request_id, NO)
+        assert (await asyncio.wait_for(second, 5)).answers[0].selected == ["No, keep them"]
+
+
+async def test_same_key_in_one_process_shares_the_wait(seam: Seam) -> None:
+    human = MemoryAnswerer()
+    async with running(seam, human, "desk"):
+        one = asyncio.create_task(seam.ask(SEED, caller(), idempotency_key="k"))
+        offer = await human.next_presented()
+        two = asyncio.create_task(seam.ask(SEED, caller(), idempotency_key="k"))
+        await asyncio.sleep(0.1)
+        await human.answer(offer.request_id, YES)
+        assert (await one).to_json() == (await two).to_json() == YES_JSON
+
+
+async def test_same_key_other_questions_is_refused(seam: Seam) -> None:
+    async with running(seam, MemoryAnswerer(reply=lambda offer: YES), "desk"):
+        await seam.ask(SEED, caller(), idempotency_key="k")
+        other = {"questions": [{**SEED["questions"][0], "question": "Something else?"}]}
+        with pytest.raises(AskError) as err:
+            await seam.ask(other, caller(), idempotency_key="k")
+    assert err.value.code == ErrorCode.INVALID_REQUEST
+    assert "already used for other questions" in err.value.message
+
+
+async def test_gone_caller_is_cancelled_by_the_sweeper(backend: Backend, seam: Seam) -> None:
+    human = MemoryAnswerer()
+    async with running(seam, human, "desk"):
+        gone = backend.seam(caller_ttl=0.5)
+        task = asyncio.create_task(gone.ask(SEED, caller()))
+        offer = await human.next_presented()
+        # The process dies: no more heartbeats, nobody listening.
+        assert gone._beating is not None
+        gone._beating.cancel()
+        await gone._waiter.aclose()
+        task.cancel()
+        await asyncio.sleep(0.8)
+        sweeper = Sweeper(seam)
+        assert await sweeper.cancel_gone_callers() == 1
+        retraction = await human.next_retracted()
+        assert retraction.request_id == offer.request_id
+        assert (retraction.state, retraction.by) == ("CANCELLED", "caller gone")
+        assert not await seam.redis.sismember(seam.keys.callers, gone.process_id)
+        assert await sweeper.cancel_gone_callers() == 0
+        await gone.redis.aclose()
+
+
+async def test_live_caller_is_left_alone(backend: Backend, seam: Seam) -> None:
+    human = MemoryAnswerer()
+    async with running(seam, human, "desk"), backend.seam(caller_ttl=0.6) as live:
+        task = asyncio.create_task(live.ask(SEED, caller()))
+        offer = await human.next_presented()
+        await asyncio.sleep(1.0)  # longer than its ttl: only heartbeats keep it
+        assert await Sweeper(seam).cancel_gone_callers() == 0
+        await human.answer(offer.request_id, YES)
+        assert (await task).to_json() == YES_JSON
+
+
+async def test_tool_call_id_makes_the_tool_idempotent(seam: Seam) -> None:
+    from worker import AskUserQuestionTool
+
+    human = MemoryAnswerer(reply=lambda offer: YES)
+    tool = AskUserQuestionTool(seam, timeout=30, on_timeout="default")
+    async with running(seam, human, "desk"):
+        first = await tool.execute(SEED, caller(), tool_call_id="toolu_01")
+        again = await tool.execute(SEED, caller(), tool_call_id="toolu_01")
+    assert first.content == again.content == YES_JSON
+    assert human.presented.qsize() == 1  # the human was asked once
+
+
+async def test_tool_timeout_default_tells_the_model(seam: Seam) -> None:
+    from worker import AskUserQuestionTool
+
+    tool = AskUserQuestionTool(seam, timeout=0.2, on_timeout="default")
+    async with running(seam, MemoryAnswerer(), "desk"):
+        result = await tool.execute(SEED, caller())
+    assert not result.is_error
+    assert result.content.endswith(',"defaulted":true}')
+    failing = await tool.execute(SEED, caller(), timeout=0.2, on_timeout="fail")
+    assert failing.is_error  # no live group now: NO_ANSWERER before any timeout

@@ -1,0 +1,111 @@
+"""The sweeper as an arq worker, orphaned claims, and channel sends as arq jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from arq.worker import Worker
+from conftest import SEED, YES, YES_JSON, Backend, running
+
+from answerers.memory import MemoryAnswerer
+from worker import AskError, Caller, ErrorCode, RetryLater, Seam
+from worker._sweeper import worker_settings
+
+
+def caller(turn: str = "t1") -> Caller:
+    return Caller(agent_id="agent", turn_id=turn)
+
+
+@contextlib.asynccontextmanager
+async def arq_sweeper(backend: Backend, **overrides: Any) -> AsyncIterator[Worker]:
+    worker = Worker(**worker_settings(backend.settings(**overrides)), handle_signals=False)
+    task = asyncio.create_task(worker.async_run())
+    try:
+        yield worker
+    finally:
+        await worker.close()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_arq_sweeper_runs_timers(backend: Backend, seam: Seam) -> None:
+    slow, rules = MemoryAnswerer(), MemoryAnswerer(reply=lambda offer: YES)
+    async with (
+        arq_sweeper(backend),
+        running(seam, slow, "slack", priority=0, escalate_after=0.3),
+        running(seam, rules, "rules", priority=1),
+    ):
+        answers = await asyncio.wait_for(seam.ask(SEED, caller()), 10)
+    assert answers.to_json() == YES_JSON
+
+
+async def test_orphaned_claim_is_released(backend: Backend, seam: Seam) -> None:
+    """Every replica of a group died holding a claim: the sweeper's round releases it
+    (after orphan_claim_after) and the waterfall moves on."""
+    dead = MemoryAnswerer()
+    async with running(seam, dead, "slack", priority=0):
+        task = asyncio.create_task(seam.ask(SEED, caller()))
+        await dead.next_presented()
+    # The group is gone (its only replica left); a new tier answers what reaches it.
+    async with running(seam, MemoryAnswerer(reply=lambda offer: YES), "rules", priority=1):
+        async with arq_sweeper(backend, orphan_claim_after=0.2, sweep_interval=1):
+            answers = await asyncio.wait_for(task, 15)
+    assert answers.to_json() == YES_JSON
+
+
+class Flaky(MemoryAnswerer):
+    """A channel whose sends fail: `fail` times, then succeed (or always)."""
+
+    uses_sends = True
+    send_tries = 3
+
+    def __init__(self, fail: int, *, retry_after: float | None = None) -> None:
+        super().__init__()
+        self.fail = fail
+        self.retry_after = retry_after
+        self.tries: list[str] = []
+        self.posted: asyncio.Queue[str] = asyncio.Queue()
+        self.gave_up: asyncio.Queue[str] = asyncio.Queue()
+
+    async def present(self, offer: Any) -> None:
+        await self.group.send("post", request_id=offer.request_id)
+
+    async def post(self, request_id: str) -> None:
+        self.tries.append(request_id)
+        if len(self.tries) <= self.fail:
+            if self.retry_after is not None:
+                raise RetryLater(self.retry_after, "rate limited")
+            raise ConnectionError("channel down")
+        self.posted.put_nowait(request_id)
+
+    async def send_failed(self, job: str, kwargs: dict[str, Any], error: BaseException) -> None:
+        self.gave_up.put_nowait(kwargs["request_id"])
+        await self.group.release(kwargs["request_id"])
+
+
+async def test_send_is_retried_until_it_succeeds(seam: Seam) -> None:
+    channel = Flaky(fail=2, retry_after=0.1)
+    async with running(seam, channel, "slack"):
+        task = asyncio.create_task(seam.ask(SEED, caller()))
+        request_id = await asyncio.wait_for(channel.posted.get(), 15)
+        assert channel.tries == [request_id] * 3
+        await channel.answer(request_id, YES)
+        assert (await task).to_json() == YES_JSON
+
+
+async def test_send_that_never_succeeds_releases(seam: Seam) -> None:
+    """A channel that raises on every send: after its tries, the question is given
+    back and the waterfall falls through (here: nobody left, NO_ANSWERER)."""
+    channel = Flaky(fail=10**6, retry_after=0.05)
+    async with running(seam, channel, "slack"):
+        try:
+            await asyncio.wait_for(seam.ask(SEED, caller()), 15)
+        except AskError as exc:
+            assert exc.code == ErrorCode.NO_ANSWERER
+        else:
+            raise AssertionError("expected NO_ANSWERER")
+    assert len(channel.tries) == Flaky.send_tries
+    assert channel.gave_up.qsize() == 1

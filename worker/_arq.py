@@ -1,0 +1,61 @@
+"""arq, configured the one way askq uses it: JSON jobs (never pickle), queues under
+the key prefix, poll delay from the settings, no signal handlers of its own.
+
+arq runs what may poll: the sweeper's maintenance rounds and the channels' retried
+sends. Nothing on the ask -> answer path waits on it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from arq.connections import ArqRedis, RedisSettings, create_pool
+from arq.worker import Function, Worker
+
+from ._settings import Settings
+
+
+def dumps(value: Any) -> bytes:
+    # default=str: a failed job's exception becomes its message, not a crash of arq.
+    return json.dumps(value, default=str, separators=(",", ":")).encode()
+
+
+def loads(raw: bytes) -> Any:
+    return json.loads(raw)
+
+
+def redis_settings(settings: Settings) -> RedisSettings:
+    return RedisSettings.from_dsn(settings.redis_url)
+
+
+async def arq_pool(settings: Settings, queue: str) -> ArqRedis:
+    return await create_pool(
+        redis_settings(settings),
+        job_serializer=dumps,
+        job_deserializer=loads,
+        default_queue_name=queue,
+    )
+
+
+def arq_worker(
+    settings: Settings,
+    queue: str,
+    functions: list[Function],
+    *,
+    ctx: dict[str, Any] | None = None,
+    **options: Any,
+) -> Worker:
+    """A worker to run inside an askq process (its owner stops it with `close()`)."""
+    return Worker(
+        functions=functions,
+        queue_name=queue,
+        redis_settings=redis_settings(settings),
+        poll_delay=settings.poll_delay,
+        job_serializer=dumps,
+        job_deserializer=loads,
+        handle_signals=False,
+        keep_result=0,
+        ctx=ctx,
+        **options,
+    )

@@ -1,0 +1,240 @@
+"""The sweeper: timers and recovery (`askq sweeper`; several replicas may run).
+
+- Timers (decision windows, escalation deadlines, reminders, ask timeouts) live in
+  one zset written by the state scripts themselves, atomically with the transition
+  that sets them, so none is lost. Each replica waits for the earliest one on a
+  blocking read (BLPOP of the wake list, timed out at the due time; a script that adds
+  an earlier timer pushes to it), then fires what is due. Firing is the guarded
+  `fire` script, which removes the timer as it acts: however many replicas race on a
+  timer, it fires once. The wait does not poll: lateness is a round trip, not a tick.
+- Maintenance (arq cron, one replica per round): cancel the asks of caller processes
+  whose heartbeat expired, release claims held by groups with no live replica
+  (XAUTOCLAIM past `orphan_claim_after`), trim the tier streams.
+
+`WorkerSettings` is the arq worker (`arq worker._sweeper.WorkerSettings` also runs it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from arq.cron import CronJob, cron
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from ._arq import dumps, loads, redis_settings
+from ._blocking import BlockingLoop
+from ._errors import AskError, ErrorCode
+from ._keys import Keys, split_groups
+from ._runtime import trim_tier
+from ._seam import Seam
+from ._settings import Settings
+
+log = logging.getLogger("askq.sweeper")
+
+FIRE_BATCH = 100
+SWEEPER_CONSUMER = "askq-sweeper"
+CALLER_GONE_MESSAGE = "The process that asked this question stopped, so the question was withdrawn."
+
+
+class Sweeper:
+    def __init__(self, seam: Seam) -> None:
+        self.seam = seam
+        self.fired = 0
+        self._timers = BlockingLoop(
+            "askq-sweeper-timers", seam.blocking_connection, self._timer_step
+        )
+
+    # --- timers ----------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[None]:
+        return self._timers.start()
+
+    async def aclose(self) -> None:
+        await self._timers.close()
+
+    async def fire_due(self) -> int:
+        """Fire every timer due now; returns how many this replica fired."""
+        k, redis = self.seam.keys, self.seam.redis
+        fired = 0
+        while True:
+            now = await self.seam.now_ms()
+            due = await redis.zrangebyscore(k.timers, "-inf", now, start=0, num=FIRE_BATCH)
+            for timer in due:
+                try:
+                    result = await self.seam.fire(timer)
+                except AskError as exc:
+                    if exc.code == ErrorCode.REDIS_UNAVAILABLE:
+                        raise
+                    log.error("timer %s failed: %s", timer, exc)
+                    await redis.zrem(k.timers, timer)  # a timer that cannot fire must not spin
+                    continue
+                if result[0] == "FIRED":
+                    fired += 1
+                    self.fired += 1
+            if len(due) < FIRE_BATCH:
+                return fired
+
+    async def _timer_step(self, conn: Redis) -> None:
+        await self.fire_due()
+        k = self.seam.keys
+        head = await conn.zrange(k.timers, 0, 0, withscores=True)
+        wait = self.seam.settings.block_seconds
+        if head:
+            wait = min(wait, max(0.0, (head[0][1] - await self.seam.now_ms()) / 1000))
+        if wait > 0:
+            # Woken early by a script that set an earlier timer; else at the due time.
+            await conn.blpop([k.wake], timeout=max(wait, 0.001))  # type: ignore[misc, arg-type]
+
+    # --- maintenance -----------------------------------------------------------------
+
+    async def sweep(self) -> dict[str, int]:
+        """One maintenance round; returns what it did, by kind."""
+        with self.seam.redis_errors():
+            return {
+                "timers": await self.fire_due(),
+                "callers_gone": await self.cancel_gone_callers(),
+                "orphans_released": await self.release_orphans(),
+                "streams_trimmed": await self.trim_streams(),
+            }
+
+    async def cancel_gone_callers(self) -> int:
+        """Cancel the pending asks of caller processes whose heartbeat expired."""
+        k, redis = self.seam.keys, self.seam.redis
+        cancelled = 0
+        for process in await redis.smembers(k.callers):  # type: ignore[misc]
+            if await redis.exists(k.alive(process)):
+                continue
+            for request_id in await redis.smembers(k.asked(process)):  # type: ignore[misc]
+                with contextlib.suppress(AskError):  # settled or expired meanwhile
+                    if await self.seam.cancel(
+                        request_id, ErrorCode.ABORTED, CALLER_GONE_MESSAGE, by="caller gone"
+                    ):
+                        cancelled += 1
+                        continue
+                await redis.srem(k.asked(process), request_id)  # type: ignore[misc]
+            await self.seam.script("forget_caller")(
+                keys=[k.callers, k.alive(process), k.asked(process)], args=[process]
+            )
+        return cancelled
+
+    async def release_orphans(self) -> int:
+        """Claims and undecided offers of groups with no live replica, idle longer than
+        `orphan_claim_after`: released or declined, so the waterfall moves on."""
+        k, redis = self.seam.keys, self.seam.redis
+        now = await self.seam.now_ms()
+        idle_ms = int(self.seam.settings.orphan_claim_after * 1000)
+        moved = 0
+        for group, priority in (await redis.hgetall(k.groups)).items():  # type: ignore[misc]
+            if await redis.zcount(k.consumers(group), now + 1, "+inf"):
+                continue  # a live replica recovers its group's entries itself
+            stream, cursor = k.tier(int(priority)), "0-0"
+            while True:
+                try:
+                    reply = await redis.xautoclaim(
+                        stream, group, SWEEPER_CONSUMER, idle_ms, cursor, count=100
+                    )
+                except ResponseError:  # no such stream or group
+                    break
+                cursor, entries = reply[0], reply[1]
+                for entry_id, fields in entries:
+                    moved += await self._orphan(group, int(priority), entry_id, fields)
+                if cursor == "0-0":
+                    break
+            with contextlib.suppress(ResponseError):
+                await redis.xgroup_delconsumer(stream, group, SWEEPER_CONSUMER)
+        return moved
+
+    async def _orphan(self, group: str, tier: int, entry_id: str, fields: Any) -> int:
+        k, redis = self.seam.keys, self.seam.redis
+        request_id = (fields or {}).get("request", "")
+        state, offer, undecided, claimers = await redis.hmget(  # type: ignore[misc]
+            k.request(request_id), ["state", "offer", "undecided", "claimers"]
+        )
+        try:
+            if state and offer == entry_id and group in split_groups(claimers):
+                log.warning("releasing %s: group %s has no live replica", request_id, group)
+                return int(await self.seam.release(request_id, group))
+            if state and offer == entry_id and group in split_groups(undecided):
+                log.warning("declining %s for %s: no live replica", request_id, group)
+                await self.seam.decline_entry(request_id, group, tier, entry_id)
+                return 1
+        except AskError as exc:
+            if exc.code == ErrorCode.REDIS_UNAVAILABLE:
+                raise
+        await redis.xack(k.tier(tier), group, entry_id)  # no longer anyone's
+        return 0
+
+    async def trim_streams(self) -> int:
+        k, redis = self.seam.keys, self.seam.redis
+        trimmed = 0
+        for priority in set((await redis.hgetall(k.groups)).values()):  # type: ignore[misc]
+            with contextlib.suppress(ResponseError):
+                trimmed += await trim_tier(self.seam, k.tier(int(priority)))
+        return trimmed
+
+
+# --- the arq worker ------------------------------------------------------------------
+
+
+async def _startup(ctx: dict[str, Any]) -> None:
+    settings: Settings = ctx.get("askq_settings") or Settings()
+    seam = Seam(settings=settings)
+    await seam.ping()
+    sweeper = Sweeper(seam)
+    sweeper.start()
+    ctx["askq_sweeper"] = sweeper
+
+
+async def _shutdown(ctx: dict[str, Any]) -> None:
+    sweeper: Sweeper | None = ctx.pop("askq_sweeper", None)
+    if sweeper is not None:
+        await sweeper.aclose()
+        await sweeper.seam.aclose()
+
+
+async def sweep(ctx: dict[str, Any]) -> dict[str, int]:
+    """The maintenance round (an arq cron job: one replica runs each round)."""
+    sweeper: Sweeper = ctx["askq_sweeper"]
+    done = await sweeper.sweep()
+    if any(done.values()):
+        log.info("sweep: %s", done)
+    return done
+
+
+def worker_settings(settings: Settings | None = None) -> dict[str, Any]:
+    """The arq worker's settings for these askq settings (`Worker(**worker_settings())`)."""
+    settings = settings or Settings()
+    step = max(1, min(59, round(settings.sweep_interval)))
+    job: CronJob = cron(
+        sweep,
+        name="askq-sweep",
+        second=set(range(0, 60, step)),
+        run_at_startup=True,
+        unique=True,
+        timeout=max(60, settings.sweep_interval * 10),
+    )
+    return {
+        "functions": [],
+        "cron_jobs": [job],
+        "on_startup": _startup,
+        "on_shutdown": _shutdown,
+        "redis_settings": redis_settings(settings),
+        "queue_name": Keys(settings.prefix).queue("sweeper"),
+        "poll_delay": settings.poll_delay,
+        "job_serializer": dumps,
+        "job_deserializer": loads,
+        "keep_result": 0,
+        "ctx": {"askq_settings": settings},
+    }
+
+
+def __getattr__(name: str) -> Any:
+    # `arq worker._sweeper.WorkerSettings`: built from the ASKQ_* variables when arq
+    # asks for it, not at import.
+    if name == "WorkerSettings":
+        return type("WorkerSettings", (), worker_settings())
+    raise AttributeError(name)

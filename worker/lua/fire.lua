@@ -1,0 +1,53 @@
+--@include request
+-- A timer is due. Removing it from the timers zset is what fires it, so of the sweepers
+-- (and callers) racing on it exactly one fires it; a timer made moot by a transition
+-- since is dropped without effect.
+--   timeout   any non-terminal -> the settlement declared at ask (TIMED_OUT or default)
+--   window    the group had not decided in time: as if it declined
+--   escalate  the group's claim was not answered in time: as if it released; its
+--             channel retracts (event ESCALATED)
+--   remind    the group's channel re-notifies (event REMIND)
+-- ARGV[5]: timer member
+local member = ARGV[5]
+if not redis.call('ZSCORE', k.timers, member) then return {'GONE'} end
+local kind, _, offer, group = string.match(member, '^(%a+)|([^|]*)|?([^|]*)|?([^|]*)$')
+local r = load()
+
+local function moot()
+  drop_timer(k, member)
+  redis.call('ZREM', k.timers, member)
+  return {'MOOT'}
+end
+
+if not r.state or TERMINAL[r.state] then return moot() end
+if kind == 'timeout' then
+  if not current_view(r) then return {'STALE'} end
+  local body = redis.call('HGET', k.req, 'timeout_body')
+  local settlement = cjson.decode(body)
+  settle(k, request_id, settlement.state, settlement.code or '', body, settlement.by or '')
+  return {'FIRED', settlement.state}
+end
+if r.offer ~= offer then return moot() end
+local state
+if kind == 'window' then
+  if not contains(r.undecided, group) then return moot() end
+  state = leave_undecided(r, group)
+elseif kind == 'escalate' then
+  if not contains(r.claimers, group) then return moot() end
+  state = leave_claim(r, group)
+  if state then
+    redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*', 'request', request_id,
+      'state', 'ESCALATED', 'code', '', 'by', '', 'group', group)
+  end
+elseif kind == 'remind' then
+  if not contains(r.claimers, group) then return moot() end
+  drop_timer(k, member)
+  redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*', 'request', request_id,
+    'state', 'REMIND', 'code', '', 'by', '', 'group', group)
+  return {'FIRED', r.state}
+else
+  return moot()
+end
+if not state then return {'STALE'} end
+redis.call('ZREM', k.timers, member)  -- leave_* dropped it from the request's list
+return {'FIRED', state}

@@ -1,0 +1,234 @@
+"""The Slack channel: `askq worker slack`.
+
+decide: a route for the request's scope, or decline (the waterfall moves on).
+present: queue `post_question`, a retried send that posts the Block Kit message once.
+A click (at any replica) answers through the seam, then `update_message` shows the
+final state; `retract` (answered elsewhere, cancelled, escalated) does the same.
+A question that cannot be posted is released, so the waterfall falls through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from worker import (
+    Answerer,
+    AnswererOptions,
+    AskError,
+    ErrorCode,
+    GroupHandle,
+    Offer,
+    Retraction,
+    RetryLater,
+)
+
+from . import _blocks as blocks
+from ._api import SlackRefused, call, check_bot_token, web_client
+from ._clicks import ClickHandler
+from ._config import SlackConfig
+from ._http import HttpReceiver
+from ._interactions import Interaction
+from ._socket import SocketReceiver
+from ._state import SlackStore
+
+log = logging.getLogger("askq.slack")
+
+TERMINAL = frozenset({"ANSWERED", "FAILED", "CANCELLED"})
+REMINDER_GAP_SECONDS = 60
+
+
+class SlackOptions(AnswererOptions):
+    """The Slack answerer has no flags of its own: it reads the ASKQ_SLACK_* settings
+    (README, "Slack"), so every replica of a group is configured the same way."""
+
+
+class SlackAnswerer(Answerer[SlackOptions]):
+    kind = "slack"
+    Options = SlackOptions
+    uses_sends = True  # posts and updates are retried sends, run by any replica
+
+    config: SlackConfig
+    store: SlackStore
+    client: AsyncWebClient
+    clicks: ClickHandler
+
+    def __init__(self, options: SlackOptions | None = None) -> None:
+        super().__init__(options)
+        self._session: aiohttp.ClientSession | None = None
+        self._receiver: HttpReceiver | SocketReceiver | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def start(self, group: GroupHandle) -> None:
+        await super().start(group)
+        settings = group.seam.settings
+        self.config = SlackConfig.from_settings(settings)  # CONFIG_ERROR before going live
+        self.store = SlackStore(group.seam.redis, group.seam.keys.base, settings.settled_ttl)
+        try:
+            self._session = aiohttp.ClientSession()
+            self.client = web_client(self.config.bot_token, self.config.api_url, self._session)
+            await check_bot_token(self.client)
+            self.clicks = ClickHandler(group, self.store, self.client, self.config.routes)
+            if self.config.socket_mode:
+                assert self.config.app_token is not None  # checked by SlackConfig
+                api = web_client(None, self.config.api_url, self._session)
+                self._receiver = SocketReceiver(self.config.app_token, api, self.dispatch)
+            else:
+                assert self.config.signing_secret is not None  # checked by SlackConfig
+                self._receiver = HttpReceiver(
+                    self.config.signing_secret,
+                    self.config.http_host,
+                    self.config.http_port,
+                    self.dispatch,
+                )
+            await self._receiver.start()
+        except BaseException:
+            await self.stop()  # the runtime calls stop() only after a successful start
+            raise
+
+    async def stop(self) -> None:
+        if self._receiver is not None:
+            await self._receiver.stop()
+            self._receiver = None
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def http_port(self) -> int | None:
+        """The port the HTTP endpoint listens on (None in Socket Mode)."""
+        return self._receiver.port if isinstance(self._receiver, HttpReceiver) else None
+
+    def dispatch(self, interaction: Interaction) -> None:
+        """Handle an acknowledged interaction in its own task."""
+        task = asyncio.create_task(self.clicks.handle(interaction))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- the runtime's side ------------------------------------------------------------
+
+    async def decide(self, offer: Offer) -> bool:
+        return self.config.routes.match(offer.scope) is not None
+
+    async def present(self, offer: Offer) -> None:
+        await self.group.send("post_question", request_id=offer.request_id)
+
+    async def retract(self, retraction: Retraction) -> None:
+        outcome = blocks.Outcome(retraction.state, code=retraction.code, by=retraction.by)
+        await self.store.set_outcome(retraction.request_id, outcome, overwrite=False)
+        await self.group.send("update_message", request_id=retraction.request_id)
+
+    async def remind(self, offer: Offer) -> None:
+        await self.group.send("post_reminder", request_id=offer.request_id)
+
+    async def send_failed(self, job: str, kwargs: dict[str, Any], error: BaseException) -> None:
+        if job == "post_question":
+            await self._give_back(kwargs["request_id"], f"could not post: {error}")
+
+    async def _give_back(self, request_id: str, why: str) -> None:
+        log.warning("Slack gives request %s back: %s", request_id, why)
+        try:
+            await self.group.release(request_id)
+        except AskError as exc:  # settled or moved on meanwhile: nothing to give back
+            log.info("release of %s: %s", request_id, exc.message)
+
+    # --- sends (retried; each safe to run twice) ---------------------------------------
+
+    async def post_question(self, request_id: str) -> None:
+        """Post the question once, however often this runs and at whichever replica."""
+        posted = await self.store.message(request_id)
+        if posted.ts is not None or posted.outcome is not None:
+            return  # posted already, or settled before it was shown
+        status = await self.group.seam.request_status(request_id)
+        if status is None or status.state in TERMINAL or self.group.name not in status.claimers:
+            log.info("request %s is no longer this group's; not posting it", request_id)
+            return
+        request = (await self.group.seam.request_info(request_id)).request
+        route = self.config.routes.match(request.scope)
+        if route is None:  # the routes changed under a recovered claim
+            await self._give_back(request_id, "no route for its scope any more")
+            return
+        if await self.store.lease_post(request_id) is None:
+            # Another run is posting it; look again once its lease is over.
+            raise RetryLater(await self.store.lease_left(request_id), "being posted elsewhere")
+        try:
+            response = await call(
+                "chat.postMessage",
+                self.client.chat_postMessage(
+                    channel=route.channel,
+                    text=blocks.fallback_text(request.questions),
+                    blocks=blocks.question_message(request.id, request.questions, request.caller),
+                    unfurl_links=False,
+                    unfurl_media=False,
+                ),
+            )
+        except SlackRefused as exc:
+            await self.store.drop_lease(request_id)
+            await self._give_back(request_id, f"Slack refused to post to {route.channel}: {exc}")
+            return
+        except BaseException:
+            await self.store.drop_lease(request_id)
+            raise
+        await self.store.record_post(request_id, str(response["channel"]), str(response["ts"]))
+        if (await self.store.message(request_id)).outcome is not None:
+            await self.update_message(request_id)  # it settled while we were posting
+
+    async def update_message(self, request_id: str) -> None:
+        """Show what became of the request; a no-op until it is posted and settled."""
+        posted = await self.store.message(request_id)
+        if posted.ts is None or posted.channel is None or posted.outcome is None:
+            return
+        outcome = posted.outcome
+        if outcome.state == "ANSWERED" and not outcome.answers:
+            settlement = await self.group.seam.settlement(request_id)
+            if settlement is not None and settlement.answers:
+                outcome = replace(outcome, answers=tuple(settlement.answers))
+        try:
+            request = (await self.group.seam.request_info(request_id)).request
+        except AskError as exc:
+            if exc.code is ErrorCode.NOT_FOUND:
+                return  # expired: nothing left to show
+            raise
+        try:
+            await call(
+                "chat.update",
+                self.client.chat_update(
+                    channel=posted.channel,
+                    ts=posted.ts,
+                    text=blocks.final_text(request.questions, outcome),
+                    blocks=blocks.final_message(request.questions, outcome, request.caller),
+                ),
+            )
+        except SlackRefused as exc:  # a deleted message, an archived channel: moot
+            log.warning("could not update the message of %s: %s", request_id, exc)
+
+    async def post_reminder(self, request_id: str) -> None:
+        """Nudge the humans in the question's thread (at most one a minute per request,
+        so a retried or doubled job does not nudge twice)."""
+        posted = await self.store.message(request_id)
+        if posted.ts is None or posted.channel is None or posted.outcome is not None:
+            return
+        if not await self.store.once(f"remind:{request_id}", REMINDER_GAP_SECONDS):
+            return
+        try:
+            await call(
+                "chat.postMessage",
+                self.client.chat_postMessage(
+                    channel=posted.channel,
+                    thread_ts=posted.ts,
+                    reply_broadcast=True,
+                    text="⏰ Still waiting for an answer to this question.",
+                ),
+            )
+        except SlackRefused as exc:
+            log.warning("could not remind about %s: %s", request_id, exc)

@@ -1,0 +1,299 @@
+"""Block Kit rendering: the question message, its final state, the "Other…" modal.
+
+Every text is cut to Slack's limit for its place (a longer one makes Slack refuse the
+whole message with `invalid_blocks`), and mrkdwn text is escaped so an agent's text
+cannot mention `<!channel>` or forge links.
+
+One question, single-select: a button per option, a click answers. Anything else (a
+multi-select, several questions): checkboxes / radio buttons and one Submit, so the
+request is answered as one. "Other…" (or "Answer…" on a free-text question) opens a
+modal with a text input for `custom`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from worker import RECOMMENDED_SUFFIX, Answer, Caller, Question
+
+from . import _ids as ids
+
+HEADER_MAX = 150
+SECTION_MAX = 3000
+BUTTON_MAX = 75
+OPTION_TEXT_MAX = 75
+OPTION_DESCRIPTION_MAX = 75
+CONTEXT_MAX = 3000
+MODAL_TITLE_MAX = 24
+MODAL_BUTTON_MAX = 24
+INPUT_MAX = 3000  # plain_text_input max_length; askq allows 4,000, Slack 3,000
+FALLBACK_MAX = 300  # the notification text; Slack allows more, a notification shows less
+MAX_BLOCKS = 50
+
+Block = dict[str, Any]
+_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def cut(text: str, limit: int) -> str:
+    """At most `limit` characters; a cut text ends with an ellipsis."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def mrkdwn(text: str, limit: int) -> str:
+    """Escaped for mrkdwn and cut to `limit` without splitting an escape."""
+    out: list[str] = []
+    size = 0
+    for char in text:
+        piece = _ESCAPES.get(char, char)
+        if size + len(piece) > limit:
+            while size + 1 > limit:  # make room for the ellipsis
+                size -= len(out.pop())
+            return "".join(out) + "…"
+        out.append(piece)
+        size += len(piece)
+    return "".join(out)
+
+
+def plain(text: str, limit: int) -> dict[str, Any]:
+    return {"type": "plain_text", "text": cut(text, limit), "emoji": True}
+
+
+def _section(text: str, **extra: Any) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text}, **extra}
+
+
+def answers_at_once(questions: list[Question]) -> bool:
+    """One click answers: one single-select question with options."""
+    return len(questions) == 1 and bool(questions[0].options) and not questions[0].multi_select
+
+
+def modal_answers(questions: list[Question]) -> bool:
+    """The "Other…" modal submits the answer itself (one question), or only notes the
+    text until Submit (several)."""
+    return len(questions) == 1
+
+
+def _option(question: Question, index: int, with_description: bool) -> dict[str, Any]:
+    option = question.options[index]
+    out: dict[str, Any] = {
+        "text": plain(option.label, OPTION_TEXT_MAX),
+        "value": str(index),
+    }
+    if with_description and option.description:
+        out["description"] = plain(option.description, OPTION_DESCRIPTION_MAX)
+    return out
+
+
+def _option_list(question: Question) -> str:
+    lines = []
+    for option in question.options:
+        line = f"• *{mrkdwn(option.label, 400)}*"
+        if option.description:
+            line += f" — {mrkdwn(option.description, 1000)}"
+        lines.append(line)
+    return cut("\n".join(lines), SECTION_MAX)
+
+
+def _other_button(question: Question) -> Block:
+    return {
+        "type": "button",
+        "action_id": ids.OTHER,
+        "text": plain("Other…" if question.options else "Answer…", BUTTON_MAX),
+        "value": "other",
+    }
+
+
+def _controls(request_id: str, index: int, question: Question, at_once: bool) -> list[Block]:
+    """The blocks that let a human answer one question."""
+    block_id = ids.question_block(request_id, index)
+    if not question.options:
+        return [{"type": "actions", "block_id": block_id, "elements": [_other_button(question)]}]
+    blocks: list[Block] = []
+    cut_somewhere = any(
+        len(o.label) > OPTION_TEXT_MAX or len(o.description) > OPTION_DESCRIPTION_MAX
+        for o in question.options
+    )
+    if at_once:
+        # Buttons carry no description: list them above when there is something to read.
+        if cut_somewhere or any(o.description for o in question.options):
+            blocks.append(_section(_option_list(question)))
+        elements: list[Block] = []
+        for i, option in enumerate(question.options):
+            button: Block = {
+                "type": "button",
+                "action_id": f"{ids.PICK}{i}",
+                "text": plain(option.label, BUTTON_MAX),
+                "value": str(i),
+            }
+            if i == 0 and option.label.endswith(RECOMMENDED_SUFFIX):
+                button["style"] = "primary"
+            elements.append(button)
+    else:
+        if cut_somewhere:  # the full texts, since the checkboxes show them cut
+            blocks.append(_section(_option_list(question)))
+        chooser = {
+            "type": "checkboxes" if question.multi_select else "radio_buttons",
+            "action_id": ids.CHECK if question.multi_select else ids.RADIO,
+            "options": [
+                _option(question, i, with_description=not cut_somewhere)
+                for i in range(len(question.options))
+            ],
+        }
+        elements = [chooser]
+    elements.append(_other_button(question))
+    blocks.append({"type": "actions", "block_id": block_id, "elements": elements})
+    return blocks
+
+
+def _intro(question: Question, index: int, total: int) -> list[Block]:
+    count = f" ({index + 1}/{total})" if total > 1 else ""
+    return [
+        {"type": "header", "text": plain(question.header + count, HEADER_MAX)},
+        _section(mrkdwn(question.question, SECTION_MAX)),
+    ]
+
+
+def _asked_by(caller: Caller) -> Block:
+    text = f"Agent `{mrkdwn(caller.agent_id, 200)}` asks · turn `{mrkdwn(caller.turn_id, 200)}`"
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": cut(text, CONTEXT_MAX)}]}
+
+
+def fallback_text(questions: list[Question]) -> str:
+    first = questions[0]
+    more = f" (+{len(questions) - 1} more)" if len(questions) > 1 else ""
+    return cut(f"{first.header}: {first.question}{more}", FALLBACK_MAX)
+
+
+def question_message(request_id: str, questions: list[Question], caller: Caller) -> list[Block]:
+    """The message that asks: every question, and one Submit unless a click answers."""
+    at_once = answers_at_once(questions)
+    blocks: list[Block] = []
+    for index, question in enumerate(questions):
+        if index:
+            blocks.append({"type": "divider"})
+        blocks += _intro(question, index, len(questions))
+        blocks += _controls(request_id, index, question, at_once)
+    if not at_once and not (len(questions) == 1 and not questions[0].options):
+        blocks.append(
+            {
+                "type": "actions",
+                "block_id": ids.submit_block(request_id),
+                "elements": [
+                    {
+                        "type": "button",
+                        "action_id": ids.SUBMIT_ACTION,
+                        "text": plain("Submit", BUTTON_MAX),
+                        "style": "primary",
+                        "value": "submit",
+                    }
+                ],
+            }
+        )
+    blocks.append(_asked_by(caller))
+    return blocks
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of a request, as the final message shows it."""
+
+    state: str  # ANSWERED | CANCELLED | FAILED | OFFERED (escalated)
+    code: str | None = None
+    by: str | None = None
+    user: str | None = None  # the Slack user who answered on this message
+    answers: tuple[Answer, ...] = ()
+
+    def headline(self) -> str:
+        if self.state == "ANSWERED":
+            if self.user:
+                return f"✅ *Answered* by <@{self.user}>"
+            by = f" by {mrkdwn(self.by, 500)}" if self.by else ""
+            return f"✅ *Answered elsewhere*{by}"
+        if self.state == "CANCELLED":
+            turn = " (turn aborted)" if self.code == "ABORTED" else ""
+            return f"🚫 *Cancelled*{turn}"
+        if self.state == "FAILED":
+            return "⌛ *No longer pending*"
+        return "⤴️ *Escalated* to another answerer"
+
+    def to_json(self) -> str:
+        data = {
+            "state": self.state,
+            "code": self.code,
+            "by": self.by,
+            "user": self.user,
+            "answers": [a.model_dump(exclude_none=True) for a in self.answers],
+        }
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Outcome:
+        data = json.loads(text)
+        return cls(
+            state=data["state"],
+            code=data.get("code"),
+            by=data.get("by"),
+            user=data.get("user"),
+            answers=tuple(Answer.model_validate(a) for a in data.get("answers") or ()),
+        )
+
+
+def _answer_text(answer: Answer) -> str:
+    parts = [f"*{mrkdwn(label, 400)}*" for label in answer.selected]
+    if answer.custom is not None:
+        parts.append(f"“{mrkdwn(answer.custom, SECTION_MAX)}”")
+    return cut("→ " + (", ".join(parts) or "(nothing selected)"), SECTION_MAX)
+
+
+def final_message(questions: list[Question], outcome: Outcome, caller: Caller) -> list[Block]:
+    """The message once settled: the questions, what became of them, no controls."""
+    answers = {a.id: a for a in outcome.answers}
+    blocks: list[Block] = [_section(outcome.headline())]
+    for index, question in enumerate(questions):
+        blocks += _intro(question, index, len(questions))
+        if question.id in answers:
+            blocks.append(_section(_answer_text(answers[question.id])))
+    blocks.append(_asked_by(caller))
+    return blocks
+
+
+def final_text(questions: list[Question], outcome: Outcome) -> str:
+    return cut(f"{outcome.headline()} — {fallback_text(questions)}", FALLBACK_MAX)
+
+
+def custom_modal(
+    question: Question,
+    metadata: dict[str, Any],
+    *,
+    submits_answer: bool,
+    initial: str | None = None,
+) -> dict[str, Any]:
+    """The "Other…" modal: the question and a text input for `custom`. `metadata`
+    (request, question, message) comes back with the submission."""
+    element: dict[str, Any] = {
+        "type": "plain_text_input",
+        "action_id": ids.CUSTOM_ACTION,
+        "multiline": True,
+        "max_length": INPUT_MAX,
+    }
+    if initial:
+        element["initial_value"] = cut(initial, INPUT_MAX)
+    return {
+        "type": "modal",
+        "callback_id": ids.MODAL_CALLBACK,
+        "private_metadata": json.dumps(metadata, separators=(",", ":")),
+        "title": plain(question.header, MODAL_TITLE_MAX),
+        "submit": plain("Answer" if submits_answer else "Save", MODAL_BUTTON_MAX),
+        "close": plain("Cancel", MODAL_BUTTON_MAX),
+        "blocks": [
+            _section(mrkdwn(question.question, SECTION_MAX)),
+            {
+                "type": "input",
+                "block_id": ids.CUSTOM_BLOCK,
+                "label": plain("Your answer", 2000),
+                "element": element,
+            },
+        ],
+    }

@@ -1,0 +1,44 @@
+"""How our interactive elements are named, so a click tells which request, question and
+option it is about without any state of the replica that posted the message.
+
+- a question's controls sit in a block `askq:<question index>:<request id>`, the
+  submit button in `askq:submit:<request id>` (block ids are unique per message, 255
+  characters at most; request ids are 32 hex digits);
+- actions: `askq.pick.<option index>` (a button answering at once), `askq.check`
+  (checkboxes), `askq.radio` (radio buttons), `askq.other` ("Other…" / "Answer…"),
+  `askq.submit`; checkbox and radio option values are option indices.
+
+Indices, not labels: labels run to 120 characters and may hold anything, ids and
+values have limits of their own.
+"""
+
+from __future__ import annotations
+
+BLOCK_PREFIX = "askq:"
+SUBMIT = "submit"
+PICK = "askq.pick."
+CHECK = "askq.check"
+RADIO = "askq.radio"
+OTHER = "askq.other"
+SUBMIT_ACTION = "askq.submit"
+MODAL_CALLBACK = "askq:custom"
+CUSTOM_BLOCK = "askq:custom"
+CUSTOM_ACTION = "custom"
+
+
+def question_block(request_id: str, question: int) -> str:
+    return f"{BLOCK_PREFIX}{question}:{request_id}"
+
+
+def submit_block(request_id: str) -> str:
+    return f"{BLOCK_PREFIX}{SUBMIT}:{request_id}"
+
+
+def split_block(block_id: str) -> tuple[str, str] | None:
+    """`askq:<part>:<request id>` -> (part, request id); None when it is not ours."""
+    if not block_id.startswith(BLOCK_PREFIX):
+        return None
+    part, sep, request_id = block_id[len(BLOCK_PREFIX) :].partition(":")
+    if not sep or not part or not request_id:
+        return None
+    return part, request_id

@@ -1,0 +1,142 @@
+"""Where a question goes in Slack, and who may answer it there.
+
+`ASKQ_SLACK_ROUTES` is a JSON object checked in written order, first match wins, `"*"`
+(the default) last wherever it is written::
+
+    {"tenant=acme": {"channel": "C0ACME", "allow": ["U01AAA", "U01BBB"]},
+     "tenant=beta-*,env=prod": "U01ONCALL",
+     "*": "C0GENERAL"}
+
+A key is a scope selector, `key=pattern` pairs joined by commas, with the shell-style
+patterns of `askq worker --scope`. A value is a target (a channel id, `#name`, or a user
+id for a DM with the app) or an object with `channel` and an optional `allow` list.
+Who may answer: the route's `allow`, else `ASKQ_SLACK_ALLOWLIST`; and on a DM route
+the user it goes to. `"*"` in a list lets anyone who sees the message answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from worker import AskError, ErrorCode, scope_matches
+
+ROUTES_VAR = "ASKQ_SLACK_ROUTES"
+ALLOWLIST_VAR = "ASKQ_SLACK_ALLOWLIST"
+ANYONE = "*"
+
+USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
+TARGET = re.compile(r"^(?:[CGDUW][A-Z0-9]{2,}|#[a-z0-9][a-z0-9_-]{0,79})$")
+EXAMPLE = '{"tenant=acme": "C0ACME", "*": "C0GENERAL"}'
+
+
+@dataclass(frozen=True)
+class Route:
+    selector: dict[str, str]
+    channel: str  # a channel id, "#name", or a user id (the app's DM with that user)
+    allow: frozenset[str]
+    source: str  # the key it was configured under, for messages
+
+    def allows(self, user_id: str) -> bool:
+        return ANYONE in self.allow or user_id in self.allow
+
+
+@dataclass(frozen=True)
+class Routes:
+    routes: tuple[Route, ...]
+
+    def match(self, scope: dict[str, str]) -> Route | None:
+        """The first route whose selector matches the scope; None: decline."""
+        return next((r for r in self.routes if scope_matches(r.selector, scope)), None)
+
+
+def _config_error(message: str) -> AskError:
+    return AskError(ErrorCode.CONFIG_ERROR, message)
+
+
+def parse_allowlist(raw: Any, where: str) -> frozenset[str]:
+    """A JSON list of user ids, or a comma-separated string (the env-var shorthand)."""
+    if isinstance(raw, str):
+        items: list[Any] = [part.strip() for part in raw.split(",") if part.strip()]
+    elif isinstance(raw, list):
+        items = raw
+    else:
+        raise _config_error(f"{where}: expected a list of Slack user ids")
+    for item in items:
+        if not isinstance(item, str) or not (item == ANYONE or USER_ID.match(item)):
+            raise _config_error(
+                f'{where}: {item!r} is not a Slack user id (U... or W...) or "{ANYONE}"'
+            )
+    return frozenset(items)
+
+
+def _selector(key: str) -> dict[str, str]:
+    if key == ANYONE:
+        return {}
+    selector: dict[str, str] = {}
+    for pair in key.split(","):
+        name, sep, pattern = pair.strip().partition("=")
+        if not sep or not name.strip() or not pattern.strip():
+            raise _config_error(
+                f'{ROUTES_VAR}[{key!r}]: a key is "{ANYONE}" or key=pattern[,key=pattern...]'
+            )
+        selector[name.strip()] = pattern.strip()
+    return selector
+
+
+def _route(key: str, value: Any, default_allow: frozenset[str] | None) -> Route:
+    where = f"{ROUTES_VAR}[{key!r}]"
+    if isinstance(value, str):
+        value = {"channel": value}
+    if not isinstance(value, dict):
+        raise _config_error(f'{where}: expected a channel id or {{"channel": ..., "allow": [...]}}')
+    unknown = set(value) - {"channel", "allow"}
+    if unknown:
+        raise _config_error(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    channel = value.get("channel")
+    if not isinstance(channel, str) or not TARGET.match(channel):
+        raise _config_error(
+            f"{where}.channel: {channel!r} is not a channel id (C...), #name or user id (U...)"
+        )
+    if "allow" in value:
+        allow = parse_allowlist(value["allow"], f"{where}.allow")
+    else:
+        allow = default_allow or frozenset()
+    if USER_ID.match(channel):
+        allow |= {channel}  # a DM: the one person who sees it may answer it
+    if not allow:
+        raise _config_error(
+            f'{where}: nobody may answer in {channel}; give "allow": [user ids] or set'
+            f' {ALLOWLIST_VAR} (user ids, or "{ANYONE}" for anyone who sees the message)'
+        )
+    return Route(selector=_selector(key), channel=channel, allow=allow, source=key)
+
+
+def parse_routes(routes_text: str, allowlist_text: str) -> Routes:
+    """Read the two settings; every problem is a CONFIG_ERROR naming the variable."""
+    default_allow: frozenset[str] | None = None
+    if allowlist_text.strip():
+        text = allowlist_text.strip()
+        raw: Any = text
+        if text.startswith("["):
+            try:
+                raw = json.loads(text)
+            except ValueError as exc:
+                raise _config_error(f"{ALLOWLIST_VAR}: not valid JSON ({exc})") from None
+        default_allow = parse_allowlist(raw, ALLOWLIST_VAR)
+    if not routes_text.strip():
+        raise _config_error(
+            f"{ROUTES_VAR} is not set: map request scopes to Slack channels, e.g. {EXAMPLE}"
+        )
+    try:
+        table = json.loads(routes_text)
+    except ValueError as exc:
+        raise _config_error(f"{ROUTES_VAR}: not valid JSON ({exc}); e.g. {EXAMPLE}") from None
+    if not isinstance(table, dict) or not table:
+        raise _config_error(f"{ROUTES_VAR}: expected a non-empty JSON object, e.g. {EXAMPLE}")
+    routes = [_route(k, v, default_allow) for k, v in table.items() if k != ANYONE]
+    if ANYONE in table:  # the default goes last, wherever it was written
+        routes.append(_route(ANYONE, table[ANYONE], default_allow))
+    return Routes(tuple(routes))

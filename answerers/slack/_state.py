@@ -1,0 +1,158 @@
+"""What every replica of a Slack group must see, kept in Redis: a click may land at any
+replica, a send may run at any replica, and a replica may die at any point.
+
+| key                                   | type   | what                                       |
+|---------------------------------------|--------|--------------------------------------------|
+| {p}:slack:msg:<request>               | hash   | channel, ts of the posted message; outcome |
+| {p}:slack:posting:<request>           | string | a short lease: one post in flight          |
+| {p}:slack:picks:<request>:<user>      | hash   | q<i>: chosen options (t<i>: when), c<i>: custom |
+| {p}:slack:remind:<request>            | string | a reminder was posted in the last minute   |
+
+Every key expires `settled_ttl` after its last write, like the request it belongs to
+(a question left unanswered for longer than that loses its message record: a recovered
+claim would then post it again).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+from redis.exceptions import WatchError
+
+from ._blocks import Outcome
+
+# How long one attempt to post may take before another may try (a replica that died
+# mid-post must not block the question for good).
+POST_LEASE_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class PostedMessage:
+    channel: str | None
+    ts: str | None
+    outcome: Outcome | None
+
+
+@dataclass
+class Picks:
+    """One user's answers in progress on one request."""
+
+    chosen: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    custom: dict[int, str] = field(default_factory=dict)
+
+
+class SlackStore:
+    def __init__(self, redis: Redis, base: str, ttl: int) -> None:
+        self.redis = redis
+        self.base = base  # "{prefix}": the deployment's hash tag
+        self.ttl = ttl
+
+    def _msg(self, request_id: str) -> str:
+        return f"{self.base}:slack:msg:{request_id}"
+
+    def _lease(self, request_id: str) -> str:
+        return f"{self.base}:slack:posting:{request_id}"
+
+    def _picks(self, request_id: str, user: str) -> str:
+        return f"{self.base}:slack:picks:{request_id}:{user}"
+
+    # --- the posted message ------------------------------------------------------------
+
+    async def message(self, request_id: str) -> PostedMessage:
+        channel, ts, outcome = await self.redis.hmget(  # type: ignore[misc]
+            self._msg(request_id), ["channel", "ts", "outcome"]
+        )
+        return PostedMessage(channel, ts, Outcome.from_json(outcome) if outcome else None)
+
+    async def lease_post(self, request_id: str) -> str | None:
+        """A token when this caller may post now; None while another attempt holds it."""
+        token = secrets.token_hex(8)
+        got = await self.redis.set(self._lease(request_id), token, nx=True, ex=POST_LEASE_SECONDS)
+        return token if got else None
+
+    async def lease_left(self, request_id: str) -> float:
+        ttl = await self.redis.ttl(self._lease(request_id))
+        return float(max(ttl, 1))
+
+    async def record_post(self, request_id: str, channel: str, ts: str) -> None:
+        key = self._msg(request_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping={"channel": channel, "ts": ts})
+            pipe.expire(key, self.ttl)
+            pipe.delete(self._lease(request_id))
+            await pipe.execute()
+
+    async def once(self, name: str, seconds: int) -> bool:
+        """True the first time `name` is asked for within `seconds`."""
+        return bool(await self.redis.set(f"{self.base}:slack:{name}", "1", nx=True, ex=seconds))
+
+    async def drop_lease(self, request_id: str) -> None:
+        await self.redis.delete(self._lease(request_id))
+
+    async def set_outcome(self, request_id: str, outcome: Outcome, *, overwrite: bool) -> None:
+        """Record what became of the request. A retraction does not overwrite (the
+        replica whose click answered knows better than one hearing "answered")."""
+        key = self._msg(request_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if overwrite:
+                pipe.hset(key, "outcome", outcome.to_json())
+            else:
+                pipe.hsetnx(key, "outcome", outcome.to_json())
+            pipe.expire(key, self.ttl)
+            await pipe.execute()
+
+    # --- answers in progress -----------------------------------------------------------
+
+    async def picks(self, request_id: str, user: str) -> Picks:
+        raw = await self.redis.hgetall(self._picks(request_id, user))  # type: ignore[misc]
+        picks = Picks()
+        for name, value in raw.items():
+            kind, index = name[:1], int(name[1:])
+            if kind == "q":
+                picks.chosen[index] = tuple(json.loads(value))
+            elif kind == "c":
+                picks.custom[index] = value
+        return picks
+
+    async def _set(self, request_id: str, user: str, name: str, value: str) -> None:
+        key = self._picks(request_id, user)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, name, value)
+            pipe.expire(key, self.ttl)
+            await pipe.execute()
+
+    async def choose(
+        self, request_id: str, user: str, question: int, options: tuple[int, ...], at: float
+    ) -> None:
+        """Record a selection change unless a later one (by Slack's action_ts) is in:
+        the events of quick clicks may be handled out of order, at several replicas."""
+        key = self._picks(request_id, user)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(key)
+                    newest = await pipe.hget(key, f"t{question}")  # type: ignore[misc]
+                    if newest is not None and float(newest) > at:
+                        return
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.hset(
+                        key,
+                        mapping={
+                            f"q{question}": json.dumps(list(options)),
+                            f"t{question}": repr(at),
+                        },
+                    )
+                    pipe.expire(key, self.ttl)
+                    await pipe.execute()
+                    return
+                except WatchError:
+                    continue  # changed meanwhile: look again
+
+    async def write_custom(self, request_id: str, user: str, question: int, text: str) -> None:
+        await self._set(request_id, user, f"c{question}", text)
+
+    async def forget_picks(self, request_id: str, user: str) -> None:
+        await self.redis.delete(self._picks(request_id, user))

@@ -328,6 +328,11 @@ class AutoAnswerer(Answerer[AutoOptions]):
             self._plans.popitem(last=False)
         return True
 
+    async def answer_at_once(self, offer: Offer) -> tuple[Any, str] | None:
+        # Claimed and answered in one step; present() is left for recovered claims.
+        plan = self._plans.pop(offer.request_id, None) or self.plan(offer)
+        return None if plan is None else (plan.answers, plan.by)
+
     async def present(self, offer: Offer) -> None:
         # Missing when the claim was recovered after a restart, or the plan was evicted.
         plan = self._plans.pop(offer.request_id, None) or self.plan(offer)

@@ -12,6 +12,7 @@ from conftest import SEED, YES, YES_JSON, Backend, running
 
 from answerers.memory import MemoryAnswerer
 from worker import AskError, Caller, ErrorCode, RetryLater, Seam
+from worker._arq import close_worker
 from worker._sweeper import worker_settings
 
 
@@ -26,7 +27,7 @@ async def arq_sweeper(backend: Backend, **overrides: Any) -> AsyncIterator[Worke
     try:
         yield worker
     finally:
-        await worker.close()
+        await close_worker(worker)
         with contextlib.suppress(asyncio.CancelledError):
             await task
 

@@ -181,3 +181,19 @@ async def test_timer_of_an_expired_request_is_dropped(backend: Backend, seam: Se
 
 
 def _unused(*_: Any) -> None: ...
+
+
+async def test_ask_whose_request_redis_lost_ends_at_its_timeout(seam: Seam) -> None:
+    """Redis lost the request (a restart without its data): no timer is left to fire,
+    but the caller's own timeout still ends the ask, with a clear error."""
+    human = MemoryAnswerer()
+    async with running(seam, human, "desk"):
+        task = asyncio.create_task(seam.ask(SEED, caller(), timeout=0.5))
+        offer = await human.next_presented()
+        await seam.redis.delete(
+            seam.keys.request(offer.request_id), seam.keys.payload(offer.request_id)
+        )
+        await seam.redis.zrem(seam.keys.timers, f"timeout|{offer.request_id}")
+        with pytest.raises(AskError) as err:
+            await asyncio.wait_for(task, 5)
+    assert err.value.code == ErrorCode.NOT_FOUND and "lost" in err.value.message

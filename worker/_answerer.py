@@ -132,6 +132,12 @@ class Answerer(Generic[OptionsT]):
         Decisions are automatic and fast; the human comes in at `present`."""
         return True
 
+    async def answer_at_once(self, offer: Offer) -> tuple[Any, str] | None:
+        """Answers decided without asking anyone (rules), with who gave them, or None to
+        claim and `present` it. Called after `decide` accepted; the claim and the answer
+        are then one atomic step (no claim is ever shown)."""
+        return None
+
     async def present(self, offer: Offer) -> None:
         """Show an accepted question to humans. Return once it is shown, not answered;
         the answer comes later through `self.group.answer`."""

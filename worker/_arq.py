@@ -7,13 +7,21 @@ sends. Nothing on the ask -> answer path waits on it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from arq.worker import Function, Worker
 
+from ._blocking import raise_if_cancelled
+from ._connections import CONNECTION_ERRORS
 from ._settings import Settings
+
+log = logging.getLogger("askq.arq")
 
 
 def dumps(value: Any) -> bytes:
@@ -59,3 +67,31 @@ def arq_worker(
         ctx=ctx,
         **options,
     )
+
+
+async def close_worker(worker: Worker) -> None:
+    """Stop an arq worker. Its close() cancels the jobs in flight and then re-raises
+    their cancellation; a job cut short stays queued and runs again, so that is not
+    an error of the caller's."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await worker.close()
+
+
+async def run_supervised(name: str, make_worker: Callable[[], Worker]) -> None:
+    """Run an arq worker until cancelled, through Redis restarts: arq's poll loop ends
+    on a lost connection, so a new worker is started (with backoff) in its place. Jobs
+    are in Redis, so one cut short runs again."""
+    backoff = 0.1
+    while True:
+        raise_if_cancelled()
+        worker = make_worker()
+        try:
+            await worker.async_run()
+            return
+        except CONNECTION_ERRORS as exc:
+            log.warning("%s lost Redis (%s); restarting in %.1f s", name, exc, backoff)
+        finally:
+            with contextlib.suppress(Exception):
+                await close_worker(worker)
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, 5.0)

@@ -6,7 +6,9 @@ touch any of them atomically (as bullmq does with `bull:{queue}:`).
 
 | key                        | type   | what                                                 |
 |----------------------------|--------|------------------------------------------------------|
-| {p}:req:<id>               | hash   | one request: state, tier, undecided/claimers, payload |
+| {p}:req:<id>               | hash   | one request: state, tier, offer, undecided/claimers |
+| {p}:payload:<id>           | string | its questions, scope and caller (JSON)              |
+| {p}:timeout:<id>           | string | the settlement its timeout writes (if it has one)   |
 | {p}:reply:<id>             | string | its one settlement (JSON), written once, then expires |
 | {p}:inbox:<process>        | list   | ids settled for callers in that process (wake-ups)  |
 | {p}:pending                | zset   | unsettled request ids by creation time (status)     |
@@ -14,11 +16,18 @@ touch any of them atomically (as bullmq does with `bull:{queue}:`).
 | {p}:aborted:<turn>         | string | the durable abort mark of a turn                    |
 | {p}:agent:<agent>          | string | live agent -> its owner ("" for a root); TTL        |
 | {p}:groups                 | hash   | answerer group -> priority (the waterfall layout)   |
-| {p}:groupinfo              | hash   | answerer group -> JSON (kind, scope selector)       |
+| {p}:groupinfo              | hash   | answerer group -> JSON (kind, scope, deadlines)     |
 | {p}:live                   | zset   | answerer group -> ms until which it is live         |
 | {p}:consumers:<group>      | zset   | replica -> ms until which it is live                |
 | {p}:tier:<priority>        | stream | offers to the groups of that priority               |
 | {p}:events                 | stream | settlements and fall-throughs (answerers retract)   |
+| {p}:timers                 | zset   | deadlines (lua/fire.lua) by due time in ms          |
+| {p}:timers:wake            | list   | pushed when a new timer is the earliest             |
+| {p}:callers                | set    | caller processes that have asked                    |
+| {p}:alive:<process>        | string | a caller process's heartbeat; TTL                   |
+| {p}:asked:<process>        | set    | the pending asks of a caller process                |
+| {p}:arq:<queue>            | zset   | arq queues: sends:<group>, sweeper (arq's own keys  |
+|                            |        | are `arq:job:*`, `arq:in-progress:*`, outside the tag) |
 """
 
 from __future__ import annotations
@@ -45,6 +54,14 @@ class Keys:
 
     def reply(self, request_id: str) -> str:
         return f"{self.base}:reply:{request_id}"
+
+    def payload(self, request_id: str) -> str:
+        """The request's questions (JSON), kept out of its hash so the hash stays compact."""
+        return f"{self.base}:payload:{request_id}"
+
+    def timeout_body(self, request_id: str) -> str:
+        """The settlement the request's timeout writes, if it has one."""
+        return f"{self.base}:timeout:{request_id}"
 
     def inbox(self, process_id: str) -> str:
         return f"{self.base}:inbox:{process_id}"

@@ -27,7 +27,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from ._answerer import Answerer, GroupHandle
+from ._answerer import FINAL_REFUSALS, Answerer, GroupHandle
 from ._blocking import BlockingLoop, raise_if_cancelled
 from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
@@ -292,21 +292,41 @@ class AnswererRuntime:
         still this group's to decide (and acknowledge it when it is not)."""
         if not await self._decide(offer):
             await self.seam.decline(offer)
+        elif (at_once := await self._answer_at_once(offer)) is not None:
+            answers, by = at_once
+            try:
+                await self.seam.claim_and_answer(offer, answers, by=by)
+            except AskError as exc:
+                if exc.code is ErrorCode.INVALID_REQUEST:
+                    log.warning("%s answer to %s refused: %s", self.group, offer.request_id, exc)
+                    await self.seam.decline(offer)
+                elif exc.code not in FINAL_REFUSALS:
+                    raise
         elif await self.seam.accept(offer):
             await self._present(offer)
+
+    async def _answer_at_once(self, offer: Offer) -> tuple[Any, str] | None:
+        try:
+            return await self.answerer.answer_at_once(offer)
+        except Exception:  # noqa: BLE001 - then a human may still answer it
+            log.exception("%s could not answer %s at once", self.group, offer.request_id)
+            return None
 
     async def _handle_recovered(self, entry_id: str, request_id: str) -> None:
         """An entry that was pending on this or a dead replica: it may be a claim of the
         group (present it again, without deciding) or an offer not yet decided."""
         k = self.seam.keys
         redis = self.seam.redis
-        row = await redis.hmget(  # type: ignore[misc]
-            k.request(request_id),
-            ["state", "tier", "offer", "undecided", "claimers", "payload", "inbox"],
-        )
-        state, tier, offer_id, undecided, claimers, payload, inbox = row
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(
+                k.request(request_id), ["state", "tier", "offer", "undecided", "claimers", "inbox"]
+            )
+            pipe.get(k.payload(request_id))
+            row, payload = await pipe.execute()
+        state, tier, offer_id, undecided, claimers, inbox = row
         if (
             state is None
+            or payload is None
             or state in TERMINAL
             or offer_id != entry_id
             or tier is None

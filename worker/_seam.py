@@ -156,6 +156,7 @@ class Seam:
             self.keys.inbox(self.process_id),
             self.keys.reply,
             self.settings.block_seconds,
+            self.keys.request,
         )
         self._tier_cache: list[str] | None = None
         self._background: set[asyncio.Future[Any]] = set()
@@ -260,6 +261,8 @@ class Seam:
                 k.alive(process),
                 k.asked(k.process_of(prev_inbox or req_inbox)),
                 prev_inbox or req_inbox,
+                k.payload(request_id),
+                k.timeout_body(request_id),
                 *tiers,
             ]
             args = [
@@ -364,12 +367,13 @@ class Seam:
                 )
             raise AskError(ErrorCode.INTERNAL, f"unexpected reply to ask: {result}")
         self.remember(RequestInfo(request=request, inbox=inbox))
+        self._waiter.published(request.id)
         timer = None
         if timeout is not None:
             # The caller enforces its own timeout (the sweeper does too, for a caller
             # that is gone); firing is guarded, so only one of them does.
             timer = asyncio.get_running_loop().call_later(
-                timeout, lambda: self._spawn(self.fire(f"timeout|{request.id}"))
+                timeout, lambda: self._spawn(self._time_out(request.id))
             )
         try:
             return (await self._wait(request.id, future, signal)).result()
@@ -400,6 +404,12 @@ class Seam:
                 f"on_timeout must be 'fail' or 'default', not {on_timeout!r}",
             )
         return body.model_dump_json(exclude_none=True)
+
+    async def _time_out(self, request_id: str) -> None:
+        if (await self.fire(f"timeout|{request_id}"))[0] != "FIRED":
+            # Fired by someone else (its settlement is on its way), or the request is
+            # gone: either way this ask must end.
+            await self._waiter.recheck(self.redis, [request_id])
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -537,6 +547,8 @@ class Seam:
                         k.reply(request_id),
                         inbox,
                         k.asked(k.process_of(inbox)),
+                        k.payload(request_id),
+                        k.timeout_body(request_id),
                     ]
                 args = [
                     k.tier_prefix,
@@ -596,9 +608,11 @@ class Seam:
         if info is not None:
             return info
         with self.redis_errors():
-            payload, inbox = await self.redis.hmget(  # type: ignore[misc]
-                self.keys.request(request_id), ["payload", "inbox"]
-            )
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.get(self.keys.payload(request_id))
+                pipe.hmget(self.keys.request(request_id), ["inbox", "payload"])
+                payload, (inbox, old_payload) = await pipe.execute()
+            payload = payload or old_payload  # asked before the payload had its own key
         if payload is None:
             raise AskError(ErrorCode.NOT_FOUND, f"no request {request_id!r} (unknown or expired)")
         info = RequestInfo(request=AskRequest.model_validate_json(payload), inbox=inbox)
@@ -642,6 +656,23 @@ class Seam:
             return valid
         raise self._refused(request_id, result)
 
+    async def claim_and_answer(self, offer: Offer, answers: Any, *, by: str) -> Answers:
+        """Claim an offer and answer it in one atomic step (a group that answers without
+        asking anyone). Raises like `answer`; STALE_OFFER/NOT_OFFERED as NOT_CLAIMED."""
+        info = await self.request_info(offer.request_id)
+        valid = parse_answers(info.request.questions, answers)
+        body = Settlement(state="ANSWERED", answers=valid.answers, by=by)
+        result = await self._run(
+            "claim_answer",
+            offer.request_id,
+            [offer.group, offer.tier, offer.offer_id, body.model_dump_json(exclude_none=True), by],
+        )
+        if result[0] == "ANSWERED":
+            return valid
+        if result[0] in ("STALE_OFFER", "NOT_OFFERED"):
+            result = ["NOT_CLAIMED", "no longer offered to this group"]
+        raise self._refused(offer.request_id, result)
+
     @staticmethod
     def _refused(request_id: str, result: list[str]) -> AskError:
         if result[0] == "SETTLED":
@@ -678,15 +709,16 @@ class Seam:
         return rows[0] if rows else None
 
     async def _request_rows(self, ids: Sequence[str], now: int) -> list[RequestStatus]:
-        fields = ["state", "tier", "undecided", "claimers", "payload", "created_ms", "by", "code"]
+        fields = ["state", "tier", "undecided", "claimers", "created_ms", "by", "code"]
         async with self.redis.pipeline(transaction=False) as pipe:
             for request_id in ids:
                 pipe.hmget(self.keys.request(request_id), fields)
-            rows = await pipe.execute()
+                pipe.get(self.keys.payload(request_id))
+            replies = await pipe.execute()
         out = []
-        for request_id, row in zip(ids, rows, strict=True):
-            state, tier, undecided, claimers, payload, created, by, code = row
-            if state is None:
+        for request_id, row, payload in zip(ids, replies[::2], replies[1::2], strict=True):
+            state, tier, undecided, claimers, created, by, code = row
+            if state is None or payload is None:
                 continue
             request = AskRequest.model_validate_json(payload)
             out.append(

@@ -10,8 +10,6 @@ in-progress mark lapses). It is tried with exponential backoff (or after
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -20,7 +18,7 @@ from arq.connections import ArqRedis
 from arq.worker import Function, Worker, func
 
 from ._answerer import Answerer, RetryLater
-from ._arq import arq_pool, arq_worker
+from ._arq import arq_pool, arq_worker, close_worker, run_supervised
 from ._settings import Settings
 
 log = logging.getLogger("askq.sends")
@@ -96,18 +94,20 @@ class SendQueue:
             max_tries=self.answerer.send_tries + 1,
             timeout=SEND_TIMEOUT,
         )
-        self._worker = arq_worker(
-            self.settings, self.queue, [send], ctx={"answerer": self.answerer}
-        )
-        await self._worker.async_run()
+
+        def make() -> Worker:
+            self._worker = arq_worker(
+                self.settings, self.queue, [send], ctx={"answerer": self.answerer}
+            )
+            return self._worker
+
+        await run_supervised(f"sends of {self.queue}", make)
 
     async def aclose(self) -> None:
         """Stop running sends (one cut short stays queued, for this group's next run)."""
         try:
             if self._worker is not None:
-                # close() cancels the sends in flight and re-raises their cancellation.
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._worker.close()
+                await close_worker(self._worker)
         finally:
             if self._pool is not None:
                 await self._pool.aclose()

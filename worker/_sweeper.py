@@ -182,8 +182,7 @@ class Sweeper:
 
 async def _startup(ctx: dict[str, Any]) -> None:
     settings: Settings = ctx.get("askq_settings") or Settings()
-    seam = Seam(settings=settings)
-    await seam.ping()
+    seam = Seam(settings=settings)  # connects lazily; its loops ride out Redis restarts
     sweeper = Sweeper(seam)
     sweeper.start()
     ctx["askq_sweeper"] = sweeper
@@ -211,7 +210,9 @@ def worker_settings(settings: Settings | None = None) -> dict[str, Any]:
     step = max(1, min(59, round(settings.sweep_interval)))
     job: CronJob = cron(
         sweep,
-        name="askq-sweep",
+        # Named by the prefix: arq's cron keys (arq:job:cron:<name>:<ms>) are global, and
+        # two deployments on one Redis must not take each other's rounds.
+        name=f"askq-sweep:{settings.prefix}",
         second=set(range(0, 60, step)),
         run_at_startup=True,
         unique=True,

@@ -19,9 +19,18 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from ._blocking import BlockingLoop
+from ._errors import ErrorCode
 from ._models import Settlement
 
 DRAIN_BATCH = 512
+
+
+LOST = Settlement(
+    state="FAILED",
+    code=ErrorCode.NOT_FOUND,
+    message="Redis lost this question (it restarted without its data), so nobody can"
+    " answer it now. Ask again if it still matters.",
+).model_dump_json(exclude_none=True)
 
 
 class ReplyWaiter:
@@ -31,11 +40,14 @@ class ReplyWaiter:
         inbox: str,
         reply_key: Callable[[str], str],
         block_seconds: float,
+        request_key: Callable[[str], str] | None = None,
     ) -> None:
         self._inbox = inbox
         self._reply_key = reply_key
+        self._request_key = request_key
         self._block_seconds = block_seconds
         self._futures: dict[str, asyncio.Future[Settlement]] = {}
+        self._published: set[str] = set()
         self._blmpop = True
         self._loop = BlockingLoop("askq-reply-waiter", connect, self._step, self._resync)
 
@@ -55,12 +67,19 @@ class ReplyWaiter:
             self._loop.start()
         return future
 
+    def published(self, request_id: str) -> None:
+        """The request is in Redis now: if it vanishes, its ask fails (see _resync)."""
+        if request_id in self._futures:
+            self._published.add(request_id)
+
     def forget(self, request_id: str) -> None:
+        self._published.discard(request_id)
         future = self._futures.pop(request_id, None)
         if future is not None and not future.done():
             future.cancel()
 
     def _deliver(self, request_id: str, body: str) -> None:
+        self._published.discard(request_id)
         future = self._futures.pop(request_id, None)
         if future is None or future.done():
             return  # settled for an ask this process gave up on, or a duplicate wake-up
@@ -96,13 +115,28 @@ class ReplyWaiter:
             self._deliver(request_id, body)
 
     async def _resync(self, conn: Redis) -> None:
-        ids = list(self._futures)
+        await self.recheck(conn, list(self._futures))
+
+    async def recheck(self, conn: Redis, ids: list[str]) -> None:
+        """Deliver what settled while nobody listened (reply keys); fail the asks whose
+        request Redis no longer has at all (it lost its data), rather than wait forever."""
         for start in range(0, len(ids), DRAIN_BATCH):
             batch = ids[start : start + DRAIN_BATCH]
             bodies = await conn.mget([self._reply_key(i) for i in batch])
+            unsettled = [i for i, body in zip(batch, bodies, strict=True) if body is None]
             for request_id, body in zip(batch, bodies, strict=True):
                 if body is not None:
                     self._deliver(request_id, body)
+            published = [i for i in unsettled if i in self._published]
+            if self._request_key is None or not published:
+                continue
+            async with conn.pipeline(transaction=False) as pipe:
+                for request_id in published:
+                    pipe.exists(self._request_key(request_id), self._reply_key(request_id))
+                found = await pipe.execute()
+            for request_id, exists in zip(published, found, strict=True):
+                if not exists:
+                    self._deliver(request_id, LOST)
 
     async def aclose(self) -> None:
         await self._loop.close()

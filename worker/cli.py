@@ -65,6 +65,13 @@ def _stop_event() -> asyncio.Event:
     return stop
 
 
+async def _until_stopped(stop: asyncio.Event, task: asyncio.Task[Any]) -> None:
+    """Serve until a signal (or until the task ends by itself)."""
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--redis-url", envvar="ASKQ_REDIS_URL", help="Default: redis://localhost:6379/0")
 @click.option("--prefix", envvar="ASKQ_PREFIX", help="Key prefix (default askq).")
@@ -289,10 +296,8 @@ def worker(
                 f" replica {runtime.consumer}: ready",
                 err=True,
             )
-            stopping = asyncio.create_task(stop.wait())
-            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await _until_stopped(stop, task)
             task.cancel()
-            stopping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
@@ -306,24 +311,25 @@ def sweeper(settings: Settings) -> None:
     recovery (gone callers, orphaned claims, stream trimming). Run one or more."""
     from arq.worker import Worker
 
+    from ._arq import run_supervised
     from ._sweeper import worker_settings
 
     async def run() -> None:
         stop = _stop_event()
         async with Seam(settings=settings) as seam:
             await seam.ping()  # one clear line if Redis is unreachable
-        kwargs = worker_settings(settings)
-        arq = Worker(**kwargs, handle_signals=False)
-        task = asyncio.create_task(arq.async_run())
+        task = asyncio.create_task(
+            run_supervised(
+                "askq sweeper", lambda: Worker(**worker_settings(settings), handle_signals=False)
+            )
+        )
         click.echo(
             f"askq sweeper: ready (maintenance every {settings.sweep_interval:g} s,"
             f" arq poll {settings.poll_delay:g} s)",
             err=True,
         )
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        await arq.close()
+        await _until_stopped(stop, task)
+        task.cancel()  # run_supervised closes the worker on its way out
         with contextlib.suppress(asyncio.CancelledError):
             await task
 

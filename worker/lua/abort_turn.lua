@@ -2,10 +2,10 @@
 -- Abort a turn: the durable mark first (no new ask of the turn gets in), then every
 -- unsettled request of the turn -> CANCELLED(ABORTED), whether or not its caller lives.
 -- KEYS: aborted, turn, pending, events, timers, tier streams..., then req, reply, inbox,
---       asked per request
+--       asked, payload, timeout body per request
 -- ARGV: tier_prefix, settled_ttl, events_maxlen, abort_ttl, body, by, n_tiers, ids...
 local K_ABORTED, K_TURN, K_PENDING, K_EVENTS, K_TIMERS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local PER_REQUEST = 4
+local PER_REQUEST = 6
 local n_tiers = tonumber(ARGV[7])
 redis.call('SET', K_ABORTED, '1', 'EX', tonumber(ARGV[4]))
 
@@ -29,7 +29,8 @@ local cancelled = 0
 for _, id in ipairs(ids) do
   local s = slot[id]
   local k = {req = KEYS[s + 1], reply = KEYS[s + 2], inbox = KEYS[s + 3], turn = K_TURN,
-    pending = K_PENDING, events = K_EVENTS, timers = K_TIMERS, asked = KEYS[s + 4]}
+    pending = K_PENDING, events = K_EVENTS, timers = K_TIMERS, asked = KEYS[s + 4],
+    payload = KEYS[s + 5], timeout_body = KEYS[s + 6]}
   local state = redis.call('HGET', k.req, 'state')
   if state and not TERMINAL[state] then
     settle(k, id, 'CANCELLED', 'ABORTED', ARGV[5], ARGV[6])

@@ -72,35 +72,35 @@ end
 
 -- Timers: members of the timers zset, scored by due time (ms):
 --   timeout|<id>   window|<id>|<offer>|<group>   escalate|...   remind|...
--- The request's hash lists its own (field `timers`), so a transition drops the ones it
--- makes moot and a settlement drops them all. A new earliest timer wakes the sweepers.
+-- A timer is named by its request, the offer and the group, so a transition drops
+-- the ones it makes moot by name (no list kept in the request). A new earliest timer
+-- wakes the sweepers.
+local function timer_of(kind, request_id, offer, group)
+  return kind .. '|' .. request_id .. '|' .. offer .. '|' .. group
+end
+
 local function add_timer(k, member, due)
   redis.call('ZADD', k.timers, due, member)
-  local list = redis.call('HGET', k.req, 'timers')
-  if list and list ~= '' then list = list .. ' ' .. member else list = member end
-  redis.call('HSET', k.req, 'timers', list)
   if redis.call('ZRANGE', k.timers, 0, 0)[1] == member then
     redis.call('LPUSH', k.wake, due)
     redis.call('LTRIM', k.wake, 0, 0)
   end
 end
 
--- Drop the request's timers for which keep(member) is not true (all, without keep).
-local function drop_timers(k, keep)
-  local kept = {}
-  for member in string.gmatch(redis.call('HGET', k.req, 'timers') or '', '%S+') do
-    if keep and keep(member) then kept[#kept + 1] = member
-    else redis.call('ZREM', k.timers, member) end
-  end
-  redis.call('HSET', k.req, 'timers', table.concat(kept, ' '))
-end
-
 local function drop_timer(k, member)
-  drop_timers(k, function(m) return m ~= member end)
+  redis.call('ZREM', k.timers, member)
 end
 
-local function timer_of(kind, request_id, offer, group)
-  return kind .. '|' .. request_id .. '|' .. offer .. '|' .. group
+-- Drop the decision windows, escalations and reminders of `offer` for `groups`.
+local function drop_offer_timers(k, request_id, offer, groups)
+  if not offer then return end
+  local members = {}
+  for _, group in ipairs(groups) do
+    for _, kind in ipairs({'window', 'escalate', 'remind'}) do
+      members[#members + 1] = timer_of(kind, request_id, offer, group)
+    end
+  end
+  if #members > 0 then redis.call('ZREM', k.timers, unpack(members)) end
 end
 
 -- A group's own deadlines (ms; 0 = none), as it registered them.
@@ -126,13 +126,16 @@ end
 -- decision window. The entry carries the payload, so a worker decides on a fresh offer
 -- without reading the hash.
 local function offer_to(k, request_id, priority, members, now)
-  local payload, inbox = unpack(redis.call('HMGET', k.req, 'payload', 'inbox'))
+  local inbox, old_offer, old_offered =
+    unpack(redis.call('HMGET', k.req, 'inbox', 'offer', 'offered'))
+  -- (in the hash for a request asked before the payload had its own key)
+  local payload = redis.call('GET', k.payload) or redis.call('HGET', k.req, 'payload')
+  drop_offer_timers(k, request_id, old_offer, split(old_offered))
   local entry = redis.call('XADD', tier_prefix .. priority, '*', 'request', request_id,
     'payload', payload, 'inbox', inbox)
   local list = table.concat(members, ',')
   redis.call('HSET', k.req, 'state', 'OFFERED', 'tier', priority, 'offer', entry,
     'offered', list, 'undecided', list, 'claimers', '')
-  drop_timers(k, function(m) return string.sub(m, 1, 8) == 'timeout|' end)
   for _, group in ipairs(members) do
     local window = timing(k.group_info, group).window
     if window > 0 then add_timer(k, timer_of('window', request_id, entry, group), now + window) end
@@ -141,14 +144,19 @@ local function offer_to(k, request_id, priority, members, now)
 end
 
 -- The one settlement: reply written, caller woken, indexes and timers released,
--- answerers told. k = {req, reply, inbox, turn, pending, events, timers, asked}
+-- answerers told. k = {req, reply, inbox, turn, pending, events, timers, asked,
+-- payload, timeout_body}
 local function settle(k, request_id, state, code, body, by)
   ack_offer(k.req)
-  drop_timers(k)
+  local offer, offered = unpack(redis.call('HMGET', k.req, 'offer', 'offered'))
+  drop_offer_timers(k, request_id, offer, split(offered))
+  drop_timer(k, 'timeout|' .. request_id)
   redis.call('SREM', k.asked, request_id)
   redis.call('HSET', k.req, 'state', state, 'code', code, 'by', by,
     'settled_ms', now_ms(), 'undecided', '', 'claimers', '')
   redis.call('EXPIRE', k.req, settled_ttl)
+  redis.call('EXPIRE', k.payload, settled_ttl)  -- a late answer is still validated
+  redis.call('DEL', k.timeout_body)
   redis.call('SET', k.reply, body, 'EX', settled_ttl)
   redis.call('RPUSH', k.inbox, request_id .. ' ' .. body)
   redis.call('EXPIRE', k.inbox, settled_ttl)
@@ -179,14 +187,19 @@ local function plan_fall_through(req, groups_key, live_key)
   return {priority = priority, members = members, now = now}
 end
 
-local function fall_through(k, request_id, plan)
+-- `shown`: a group of the tier held a claim (it may show the question), so its
+-- replicas are told the request moved on; after declines only, nobody showed it and
+-- no replica is woken for nothing.
+local function fall_through(k, request_id, plan, shown)
   if plan.priority == nil then
     settle(k, request_id, 'FAILED', 'NO_ANSWERER', no_answerer_body(), '')
     return 'FAILED'
   end
   ack_offer(k.req)
   offer_to(k, request_id, plan.priority, plan.members, plan.now)
-  redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*',
-    'request', request_id, 'state', 'OFFERED', 'code', '', 'by', '', 'tier', plan.priority)
+  if shown then
+    redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*',
+      'request', request_id, 'state', 'OFFERED', 'code', '', 'by', '', 'tier', plan.priority)
+  end
   return 'OFFERED'
 end

@@ -15,14 +15,13 @@ local r = load()
 
 local function moot()
   drop_timer(k, member)
-  redis.call('ZREM', k.timers, member)
   return {'MOOT'}
 end
 
 if not r.state or TERMINAL[r.state] then return moot() end
 if kind == 'timeout' then
   if not current_view(r) then return {'STALE'} end
-  local body = redis.call('HGET', k.req, 'timeout_body')
+  local body = redis.call('GET', k.timeout_body)
   local settlement = cjson.decode(body)
   settle(k, request_id, settlement.state, settlement.code or '', body, settlement.by or '')
   return {'FIRED', settlement.state}
@@ -49,5 +48,5 @@ else
   return moot()
 end
 if not state then return {'STALE'} end
-redis.call('ZREM', k.timers, member)  -- leave_* dropped it from the request's list
+drop_timer(k, member)
 return {'FIRED', state}

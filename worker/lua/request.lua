@@ -2,14 +2,14 @@
 -- The layout of every per-request script:
 -- KEYS: req, reply, inbox, turn, pending, events, groups, live, aborted, owner,
 --       group_info, timers, wake, asked, callers, alive, prev_asked, prev_inbox,
---       tier streams...
+--       payload, timeout body, tier streams...
 -- ARGV: tier_prefix, settled_ttl, events_maxlen, request_id, <script's own>...
 -- `asked` is the set of pending asks of the caller process whose inbox is `inbox`;
 -- `alive` that process's heartbeat key.
 
 local k = {req = KEYS[1], reply = KEYS[2], inbox = KEYS[3], turn = KEYS[4],
   pending = KEYS[5], events = KEYS[6], group_info = KEYS[11], timers = KEYS[12],
-  wake = KEYS[13], asked = KEYS[14]}
+  wake = KEYS[13], asked = KEYS[14], payload = KEYS[19], timeout_body = KEYS[20]}
 local GROUPS, LIVE, ABORTED, OWNER = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local CALLERS, ALIVE, PREV_ASKED, PREV_INBOX = KEYS[15], KEYS[16], KEYS[17], KEYS[18]
 local request_id = ARGV[4]
@@ -55,10 +55,10 @@ end
 -- Nobody of the tier is left deciding or claiming: offer to the next tier, or fail
 -- NO_ANSWERER. Returns the new state, or nil (changing nothing) when the next tier's
 -- stream was not declared.
-local function move_on()
+local function move_on(shown)
   local plan = plan_fall_through(k.req, GROUPS, LIVE)
   if not plan then return nil end
-  return fall_through(k, request_id, plan)
+  return fall_through(k, request_id, plan, shown)
 end
 
 -- The group leaves the undecided set of the current offer (it declined, or its
@@ -67,7 +67,7 @@ end
 local function leave_undecided(r, group)
   if not current_view(r) then return nil end
   local undecided = without(r.undecided, group)
-  if #undecided == 0 and #r.claimers == 0 then return move_on() end
+  if #undecided == 0 and #r.claimers == 0 then return move_on(false) end
   redis.call('XACK', tier_prefix .. r.tier, group, r.offer)
   redis.call('HSET', k.req, 'undecided', table.concat(undecided, ','))
   drop_timer(k, timer_of('window', request_id, r.offer, group))
@@ -79,11 +79,10 @@ end
 local function leave_claim(r, group)
   if not current_view(r) then return nil end
   local claimers = without(r.claimers, group)
-  if #claimers == 0 and #r.undecided == 0 then return move_on() end
+  if #claimers == 0 and #r.undecided == 0 then return move_on(true) end
   redis.pcall('XACK', tier_prefix .. r.tier, group, r.offer)
   local state = (#claimers == 0) and 'OFFERED' or 'CLAIMED'
   redis.call('HSET', k.req, 'state', state, 'claimers', table.concat(claimers, ','))
-  local mine = '|' .. request_id .. '|' .. r.offer .. '|' .. group
-  drop_timers(k, function(m) return string.sub(m, -#mine) ~= mine end)
+  drop_offer_timers(k, request_id, r.offer, {group})
   return state
 end

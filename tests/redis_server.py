@@ -1,0 +1,139 @@
+"""A private `redis-server` for fault-injection tests: a free loopback port, AOF on
+(`appendfsync everysec`), no RDB snapshots, its own directory. Stopped by PID; it can
+also be SIGKILLed and started again on the same port and directory, which replays
+the AOF.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def redis_server_binary() -> str | None:
+    return shutil.which("redis-server")
+
+
+class RedisServer:
+    """`server = RedisServer(tmp_path).start()`; `server.kill9()`; `server.start()`;
+    `server.stop()`. Only ever binds 127.0.0.1."""
+
+    def __init__(self, directory: Path, *, port: int | None = None, aof: bool = True) -> None:
+        binary = redis_server_binary()
+        if binary is None:
+            raise RuntimeError("redis-server is not on PATH")
+        self.binary = binary
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.aof = aof
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "redis.log"
+
+    def argv(self) -> list[str]:
+        persistence = (
+            ["--appendonly", "yes", "--appendfsync", "everysec"]
+            if self.aof
+            else ["--appendonly", "no"]
+        )
+        return [
+            self.binary,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--save",
+            "",
+            *persistence,
+            "--dir",
+            str(self.dir),
+            "--logfile",
+            str(self.log),
+            "--daemonize",
+            "no",
+            "--maxmemory-policy",
+            "noeviction",
+            "--timeout",
+            "0",
+        ]
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+
+    def start(self, timeout: float = 15) -> RedisServer:
+        """Start (or start again, on the same port and directory) and wait until it
+        answers PING, which is after the AOF is loaded."""
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        deadline = time.monotonic() + timeout
+        while True:  # the port of a killed server may take a moment to free up
+            self.proc = subprocess.Popen(
+                self.argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            if self._wait_up(deadline):
+                break
+            if time.monotonic() > deadline:
+                tail = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+                self.stop()
+                raise RuntimeError(f"redis-server did not start on {self.port}:\n{tail}")
+            time.sleep(0.1)
+        self.starts += 1
+        return self
+
+    def _wait_up(self, deadline: float) -> bool:
+        assert self.proc is not None
+        client = self.client()
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    return False
+                try:
+                    if client.ping():
+                        return True
+                except redis.BusyLoadingError:
+                    pass
+                except redis.ConnectionError:
+                    pass
+                time.sleep(0.02)
+            return False
+        finally:
+            client.close()
+
+    def kill9(self) -> None:
+        """SIGKILL the server process (not the machine): what it had write()n to the
+        AOF survives in the page cache."""
+        proc = self.proc
+        assert proc is not None and proc.poll() is None, "not running"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def stop(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)

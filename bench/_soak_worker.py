@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import random
-import signal
 import sys
 
 from worker import (
@@ -91,10 +89,6 @@ async def main() -> None:
     args = parser.parse_args()
     group, priority = GROUPS[args.tier]
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     async with Seam(settings=Settings()) as seam:
         runtime = AnswererRuntime(
             seam,
@@ -104,14 +98,10 @@ async def main() -> None:
             consumer=args.consumer,
             escalate_after=ESCALATE if args.tier == 1 else None,
         )
-        task = await runtime.start(timeout=30)
-        print(f"{group} {args.consumer}: ready", file=sys.stderr, flush=True)
-        waiting = asyncio.create_task(stop.wait())
-        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
-        waiting.cancel()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await runtime.serve(
+            on_ready=lambda: print(f"{group} {args.consumer}: ready", file=sys.stderr, flush=True),
+            timeout=30,
+        )
 
 
 if __name__ == "__main__":

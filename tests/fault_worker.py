@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
 import sys
 from typing import Any
 
@@ -106,10 +104,6 @@ async def main() -> None:
     parser.add_argument("--decision-window", type=float, default=None)
     args = parser.parse_args()
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     async with Seam(settings=Settings()) as seam:
         runtime = AnswererRuntime(
             seam,
@@ -121,14 +115,7 @@ async def main() -> None:
             remind_after=args.remind_after,
             decision_window=args.decision_window,
         )
-        task = await runtime.start(timeout=30)
-        say("ready")
-        waiting = asyncio.create_task(stop.wait())
-        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
-        waiting.cancel()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await runtime.serve(on_ready=lambda: say("ready"), timeout=30)
 
 
 if __name__ == "__main__":

@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 import redis
 from conftest import ROOT, SEED, YES, YES_JSON, running
-from redis_server import RedisServer, redis_server_binary
 
 from answerers.memory import MemoryAnswerer
+from bench._redis_server import RedisServer, redis_server_binary
 from worker import AskError, Caller, ErrorCode, Seam, Settings
 from worker._seam import _idempotent_id
 
@@ -65,7 +65,7 @@ def server(tmp_path: Path) -> Iterator[RedisServer]:
         if os.environ.get("CI"):
             pytest.fail("redis-server is not on PATH; CI must run the fault-injection tests")
         pytest.skip("redis-server is not on PATH (the fault-injection tests start their own)")
-    srv = RedisServer(tmp_path / "redis").start()
+    srv = RedisServer(tmp_path / "redis", aof=True).start()
     try:
         yield srv
     finally:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
@@ -22,7 +21,7 @@ from redis.exceptions import RedisError
 from ._errors import AskError, ErrorCode
 from ._models import Caller
 from ._plugins import answerer_kinds, load_answerer
-from ._runtime import AnswererRuntime
+from ._runtime import AnswererRuntime, stop_on_signals
 from ._seam import Seam
 from ._settings import Settings, settings_error
 
@@ -53,23 +52,6 @@ def _scope(pairs: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"{pair!r}: expected key=value", param_hint="--scope")
         scope[key] = value
     return scope
-
-
-def _stop_event() -> asyncio.Event:
-    """Set on SIGINT/SIGTERM, so commands end cleanly (a pending ask is cancelled)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
-async def _until_stopped(stop: asyncio.Event, task: asyncio.Task[Any]) -> None:
-    """Serve until a signal (or until the task ends by itself)."""
-    stopping = asyncio.create_task(stop.wait())
-    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    stopping.cancel()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -176,7 +158,7 @@ def ask(
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--default") from None
 
     async def run() -> str:
-        stop = _stop_event()
+        stop = stop_on_signals()
         async with Seam(settings=settings) as seam, seam.agent(caller.agent_id, caller.owner):
             answers = await seam.ask(
                 args,
@@ -277,7 +259,6 @@ def worker(
         return
 
     async def run() -> None:
-        stop = _stop_event()
         async with Seam(settings=settings) as seam:
             runtime = AnswererRuntime(
                 seam,
@@ -290,16 +271,13 @@ def worker(
                 escalate_after=escalate_after,
                 remind_after=remind_after,
             )
-            task = await runtime.start()
-            click.echo(
-                f"askq worker: {runtime.group} ({kind}) priority {priority},"
-                f" replica {runtime.consumer}: ready",
-                err=True,
+            await runtime.serve(
+                on_ready=lambda: click.echo(
+                    f"askq worker: {runtime.group} ({kind}) priority {priority},"
+                    f" replica {runtime.consumer}: ready",
+                    err=True,
+                )
             )
-            await _until_stopped(stop, task)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     _run(run)
 
@@ -315,7 +293,7 @@ def sweeper(settings: Settings) -> None:
     from ._sweeper import worker_settings
 
     async def run() -> None:
-        stop = _stop_event()
+        stop = stop_on_signals()
         async with Seam(settings=settings) as seam:
             await seam.ping()  # one clear line if Redis is unreachable
         task = asyncio.create_task(
@@ -328,7 +306,9 @@ def sweeper(settings: Settings) -> None:
             f" arq poll {settings.poll_delay:g} s)",
             err=True,
         )
-        await _until_stopped(stop, task)
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
         task.cancel()  # run_supervised closes the worker on its way out
         with contextlib.suppress(asyncio.CancelledError):
             await task

@@ -150,6 +150,9 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
         if self._prompt is not None:
             self._prompt.cancel()
 
+    async def remind(self, offer: Offer) -> None:
+        self._say(Text(f"⏰ {_headers(offer)}: still waiting for your answer", style="yellow"))
+
     # --- the UI task -----------------------------------------------------------------
 
     async def _ui_loop(self) -> None:

@@ -293,3 +293,11 @@ async def test_default_by_is_the_login(monkeypatch: pytest.MonkeyPatch) -> None:
     assert ConsoleAnswerer().by == "console:bob"
     assert ConsoleAnswerer(ConsoleOptions(by="ops")).by == "ops"
     assert ConsoleAnswerer.kind == "console"
+
+
+async def test_reminder_is_shown(desk: Desk) -> None:
+    desk.ask(CONFIRM)
+    await desk.presented(1)
+    offer = next(iter(desk.runtime.presented.values()))
+    await desk.runtime.answerer.remind(offer)
+    await desk.until("⏰ Confirm: still waiting for your answer")

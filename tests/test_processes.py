@@ -304,3 +304,29 @@ def test_demo_runs_on_embedded_redis() -> None:
     assert console.returncode == 0, console.stderr
     assert "Proceed with the destructive cleanup?" in console.stdout
     assert console.stdout.rstrip().endswith(NO_JSON)
+
+
+async def test_cli_timeout_policies_and_idempotency_key(backend: Backend) -> None:
+    """`askq ask --timeout`: exit 7 (TIMED_OUT), or the recommended default marked
+    defaulted; `--idempotency-key`: a second run prints the stored answer."""
+    async with backend.seam() as seam, running(seam, MemoryAnswerer(), "desk"):
+        loop = asyncio.get_running_loop()
+        failed = await loop.run_in_executor(
+            None, lambda: askq(backend, "ask", "--timeout", "0.3", stdin=json.dumps(SEED))
+        )
+        assert failed.returncode == 7, failed.stderr
+        assert failed.stderr.startswith("TIMED_OUT: ")
+        args = ["ask", "--timeout", "0.3", "--on-timeout", "default", "--idempotency-key", "k1"]
+        first = await loop.run_in_executor(
+            None, lambda: askq(backend, *args, stdin=json.dumps(SEED))
+        )
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.strip() == YES_JSON[:-1] + ',"defaulted":true}'
+        again = await loop.run_in_executor(
+            None, lambda: askq(backend, *args, stdin=json.dumps(SEED))
+        )
+        assert again.stdout == first.stdout  # the stored settlement, nobody asked again
+        bad = await loop.run_in_executor(
+            None, lambda: askq(backend, "ask", "--timeout", "1", "--default", "{", stdin="{}")
+        )
+        assert bad.returncode == 2 and "--default" in bad.stderr

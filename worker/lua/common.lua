@@ -143,6 +143,19 @@ local function offer_to(k, request_id, priority, members, now)
   return entry
 end
 
+-- Tell the answerers (their replicas read the events stream; they retract, remind).
+-- The stream is capped, and expires once nothing has happened for settled_ttl.
+local function announce(k, request_id, state, code, by, field, value)
+  if field then
+    redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*', 'request', request_id,
+      'state', state, 'code', code, 'by', by, field, value)
+  else
+    redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*', 'request', request_id,
+      'state', state, 'code', code, 'by', by)
+  end
+  redis.call('EXPIRE', k.events, settled_ttl)
+end
+
 -- The one settlement: reply written, caller woken, indexes and timers released,
 -- answerers told. k = {req, reply, inbox, turn, pending, events, timers, asked,
 -- payload, timeout_body}
@@ -162,8 +175,7 @@ local function settle(k, request_id, state, code, body, by)
   redis.call('EXPIRE', k.inbox, settled_ttl)
   redis.call('SREM', k.turn, request_id)
   redis.call('ZREM', k.pending, request_id)
-  redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*',
-    'request', request_id, 'state', state, 'code', code, 'by', by)
+  announce(k, request_id, state, code, by)
 end
 
 -- A group is done with an entry of its tier that is no longer its to decide (settled,
@@ -198,8 +210,7 @@ local function fall_through(k, request_id, plan, shown)
   ack_offer(k.req)
   offer_to(k, request_id, plan.priority, plan.members, plan.now)
   if shown then
-    redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*',
-      'request', request_id, 'state', 'OFFERED', 'code', '', 'by', '', 'tier', plan.priority)
+    announce(k, request_id, 'OFFERED', '', '', 'tier', plan.priority)
   end
   return 'OFFERED'
 end

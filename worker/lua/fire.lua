@@ -35,14 +35,12 @@ elseif kind == 'escalate' then
   if not contains(r.claimers, group) then return moot() end
   state = leave_claim(r, group)
   if state then
-    redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*', 'request', request_id,
-      'state', 'ESCALATED', 'code', '', 'by', '', 'group', group)
+    announce(k, request_id, 'ESCALATED', '', '', 'group', group)
   end
 elseif kind == 'remind' then
   if not contains(r.claimers, group) then return moot() end
   drop_timer(k, member)
-  redis.call('XADD', k.events, 'MAXLEN', '~', events_maxlen, '*', 'request', request_id,
-    'state', 'REMIND', 'code', '', 'by', '', 'group', group)
+  announce(k, request_id, 'REMIND', '', '', 'group', group)
   return {'FIRED', r.state}
 else
   return moot()

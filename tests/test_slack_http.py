@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from conftest import SEED, YES_JSON, Backend, running
+from conftest import NO, NO_JSON, SEED, YES_JSON, Backend, running, sweeping
 from slack_standin import (
     ALICE,
     BOB,
@@ -66,11 +66,14 @@ async def slack_worker(
     group: str = "slack",
     priority: int = 0,
     consumer: str | None = None,
+    escalate_after: float | None = None,
     **extra: Any,
 ) -> AsyncIterator[SlackAnswerer]:
     async with backend.seam(**slack_settings(standin, **extra)) as worker_seam:
         answerer = SlackAnswerer()
-        async with running(worker_seam, answerer, group, priority, consumer=consumer):
+        async with running(
+            worker_seam, answerer, group, priority, consumer=consumer, escalate_after=escalate_after
+        ):
             yield answerer
 
 
@@ -480,3 +483,27 @@ async def test_a_post_that_keeps_failing_is_released_after_its_tries(
         ):
             assert "No, keep them" in await answered(asking(seam, SEED))
     assert len(standin.calls_to("chat.postMessage")) == 2  # tried twice, then released
+
+
+async def test_escalated_question_is_marked_and_a_late_click_changes_nothing(
+    backend: Backend, seam: Seam, standin: SlackStandIn
+) -> None:
+    """Nobody answered in Slack within the group's escalation deadline: the sweeper
+    moves the question on to the next tier, the message says so, a click is refused."""
+    on_call = MemoryAnswerer()
+    async with (
+        sweeping(backend),
+        slack_worker(backend, standin, escalate_after=0.5) as slack,
+        running(seam, on_call, "on-call", priority=1),
+    ):
+        task = asking(seam, SEED)
+        message = await standin.message()
+        offer = await on_call.next_presented(timeout=10)
+        update = (await standin.wait_for("chat.update"))[0]
+        assert "⤴️ *Escalated* to another answerer" in dumped(update)
+        await click(slack, block_actions(message, ALICE, "askq.pick.0"))
+        await standin.wait_for("chat.postEphemeral")
+        await on_call.answer(offer.request_id, NO)
+        assert await answered(task) == NO_JSON
+        settlement = await seam.settlement(message.request_id)
+        assert settlement is not None and settlement.by == "memory"

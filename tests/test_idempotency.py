@@ -129,3 +129,19 @@ async def test_tool_timeout_default_tells_the_model(seam: Seam) -> None:
     assert result.content.endswith(',"defaulted":true}')
     failing = await tool.execute(SEED, caller(), timeout=0.2, on_timeout="fail")
     assert failing.is_error  # no live group now: NO_ANSWERER before any timeout
+
+
+async def test_a_caller_with_nothing_pending_leaves_no_trace(backend: Backend) -> None:
+    async with (
+        backend.seam(caller_ttl=0.3) as seam,
+        running(seam, MemoryAnswerer(reply=lambda offer: YES), "desk"),
+    ):
+        await seam.ask(SEED, caller())
+        for _ in range(50):
+            if not await seam.redis.exists(seam.keys.callers, seam.keys.alive(seam.process_id)):
+                break
+            await asyncio.sleep(0.05)
+        assert not await seam.redis.exists(seam.keys.callers, seam.keys.alive(seam.process_id))
+        # ... and asking again registers it again.
+        task = asyncio.create_task(seam.ask(SEED, caller("t2")))
+        await task

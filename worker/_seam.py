@@ -425,11 +425,20 @@ class Seam:
         key, ttl = self.keys.alive(self.process_id), self.settings.caller_ttl
 
         async def beat() -> None:
+            k = self.keys
             while self._waiter.pending:
-                raise_if_cancelled()
+                while self._waiter.pending:
+                    raise_if_cancelled()
+                    with contextlib.suppress(*CONNECTION_ERRORS):
+                        await self.redis.set(key, "1", px=int(ttl * 1000))
+                    await asyncio.sleep(ttl / 3)
+                # Nothing left to wait on: leave no trace (the script keeps the keys if
+                # an ask got in meanwhile, and so does this loop).
                 with contextlib.suppress(*CONNECTION_ERRORS):
-                    await self.redis.set(key, "1", px=int(ttl * 1000))
-                await asyncio.sleep(ttl / 3)
+                    await self.script("forget_caller")(
+                        keys=[k.callers, key, k.asked(self.process_id)],
+                        args=[self.process_id, "1"],
+                    )
 
         self._beating = asyncio.ensure_future(beat())
 

@@ -117,7 +117,7 @@ class Sweeper:
                         continue
                 await redis.srem(k.asked(process), request_id)  # type: ignore[misc]
             await self.seam.script("forget_caller")(
-                keys=[k.callers, k.alive(process), k.asked(process)], args=[process]
+                keys=[k.callers, k.alive(process), k.asked(process)], args=[process, "0"]
             )
         return cancelled
 

@@ -84,6 +84,7 @@ local function add_timer(k, member, due)
   if redis.call('ZRANGE', k.timers, 0, 0)[1] == member then
     redis.call('LPUSH', k.wake, due)
     redis.call('LTRIM', k.wake, 0, 0)
+    redis.call('EXPIRE', k.wake, settled_ttl)  -- a token nobody took must not linger
   end
 end
 

@@ -431,7 +431,8 @@ class Seam:
                     raise_if_cancelled()
                     with contextlib.suppress(*CONNECTION_ERRORS):
                         await self.redis.set(key, "1", px=int(ttl * 1000))
-                    await asyncio.sleep(ttl / 3)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._waiter.idle.wait(), ttl / 3)
                 # Nothing left to wait on: leave no trace (the script keeps the keys if
                 # an ask got in meanwhile, and so does this loop).
                 with contextlib.suppress(*CONNECTION_ERRORS):

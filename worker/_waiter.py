@@ -48,6 +48,8 @@ class ReplyWaiter:
         self._block_seconds = block_seconds
         self._futures: dict[str, asyncio.Future[Settlement]] = {}
         self._published: set[str] = set()
+        self.idle = asyncio.Event()  # set while no ask waits here
+        self.idle.set()
         self._blmpop = True
         self._loop = BlockingLoop("askq-reply-waiter", connect, self._step, self._resync)
 
@@ -63,6 +65,7 @@ class ReplyWaiter:
             return future
         future = asyncio.get_running_loop().create_future()
         self._futures[request_id] = future
+        self.idle.clear()
         if not self._loop.running:
             self._loop.start()
         return future
@@ -75,12 +78,16 @@ class ReplyWaiter:
     def forget(self, request_id: str) -> None:
         self._published.discard(request_id)
         future = self._futures.pop(request_id, None)
+        if not self._futures:
+            self.idle.set()
         if future is not None and not future.done():
             future.cancel()
 
     def _deliver(self, request_id: str, body: str) -> None:
         self._published.discard(request_id)
         future = self._futures.pop(request_id, None)
+        if not self._futures:
+            self.idle.set()
         if future is None or future.done():
             return  # settled for an ask this process gave up on, or a duplicate wake-up
         try:

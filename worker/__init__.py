@@ -23,6 +23,7 @@ from ._models import (
 from ._runtime import AnswererRuntime
 from ._seam import AbortSignal, Seam, Status
 from ._settings import Settings
+from ._sweeper import Sweeper
 from ._sync import SyncSeam
 from ._tool import TOOL_NAME, AskUserQuestionTool, ToolResult, input_schema, input_schema_json
 
@@ -53,6 +54,7 @@ __all__ = [
     "Settings",
     "Settlement",
     "Status",
+    "Sweeper",
     "SyncSeam",
     "TOOL_NAME",
     "ToolResult",

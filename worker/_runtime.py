@@ -114,12 +114,13 @@ class AnswererRuntime:
             seam,
             group,
             take=lambda request_id: self.presented.pop(request_id, None),
-            restore=lambda offer: self.presented.__setitem__(offer.request_id, offer),
+            restore=self._show,
             sender=self.sends.enqueue if answerer.uses_sends else None,
         )
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[None]] = set()
         self._events_from = "$"
+        self._showing = asyncio.Event()  # set while this replica shows something
         self._own_cursor: str | None = "0"
         self._block_ms = int(seam.settings.block_seconds * 1000)
 
@@ -388,7 +389,7 @@ class AnswererRuntime:
     async def _present(self, offer: Offer) -> None:
         if offer.request_id in self.presented:
             return  # re-read after a reconnect: already showing it
-        self.presented[offer.request_id] = offer
+        self._show(offer)
         try:
             await self.answerer.present(offer)
         except Exception:  # noqa: BLE001 - a question that cannot be shown is given back
@@ -442,7 +443,22 @@ class AnswererRuntime:
 
     # --- retraction ------------------------------------------------------------------
 
+    def _show(self, offer: Offer) -> None:
+        self.presented[offer.request_id] = offer
+        self._showing.set()
+
     async def _read_events(self, conn: Redis) -> None:
+        if not self.presented:
+            # Nothing shown here, so nothing to retract or remind: wait for something to
+            # be shown instead of waking for every settlement (an answerer that answers
+            # at once, like auto, would otherwise wake once per ask for nothing).
+            self._showing.clear()
+            await self._showing.wait()
+            # Catch up without a gap: from the newest event now, after checking what is
+            # shown against its request's state (what settled before is caught there).
+            last = await conn.xrevrange(self.seam.keys.events, count=1)
+            await self._resync_presented(conn)
+            self._events_from = last[0][0] if last else "0-0"
         reply = await conn.xread(
             {self.seam.keys.events: self._events_from}, count=256, block=self._block_ms
         )

@@ -184,10 +184,22 @@ class Seam:
             await self.redis.ping()
 
     async def aclose(self) -> None:
+        beating = self._beating is not None
         for task in [*self._background, *filter(None, [self._beating])]:
             task.cancel()
+        if beating and not self._waiter.pending:
+            with contextlib.suppress(Exception):
+                await self._forget_caller()  # a clean exit leaves no trace
         await self._waiter.aclose()
         await self.redis.aclose(close_connection_pool=True)
+
+    async def _forget_caller(self) -> None:
+        """Unregister this caller process, unless it has asks pending (lua/forget_caller)."""
+        k = self.keys
+        await self.script("forget_caller")(
+            keys=[k.callers, k.alive(self.process_id), k.asked(self.process_id)],
+            args=[self.process_id, "1"],
+        )
 
     @contextlib.contextmanager
     def redis_errors(self) -> Iterator[None]:
@@ -425,7 +437,6 @@ class Seam:
         key, ttl = self.keys.alive(self.process_id), self.settings.caller_ttl
 
         async def beat() -> None:
-            k = self.keys
             while self._waiter.pending:
                 while self._waiter.pending:
                     raise_if_cancelled()
@@ -436,10 +447,7 @@ class Seam:
                 # Nothing left to wait on: leave no trace (the script keeps the keys if
                 # an ask got in meanwhile, and so does this loop).
                 with contextlib.suppress(*CONNECTION_ERRORS):
-                    await self.script("forget_caller")(
-                        keys=[k.callers, key, k.asked(self.process_id)],
-                        args=[self.process_id, "1"],
-                    )
+                    await self._forget_caller()
 
         self._beating = asyncio.ensure_future(beat())
 

@@ -360,6 +360,9 @@ def test_sync_seam_round_trip(backend: Backend) -> None:
             assert sync.ask(SEED, CALLER).to_json() == YES_JSON
             result = sync.execute(SEED, CALLER)
             assert result.content == YES_JSON
+            # The caller options pass through: an idempotent call answered once.
+            keyed = sync.execute(SEED, CALLER, tool_call_id="toolu_sync", timeout=30)
+            assert sync.ask(SEED, CALLER, idempotency_key="toolu_sync").to_json() == keyed.content
             already = threading.Event()
             already.set()
             with pytest.raises(AskError) as info:

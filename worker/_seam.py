@@ -333,7 +333,7 @@ class Seam:
                 "ask",
                 request.id,
                 [
-                    request.model_dump_json(by_alias=True),
+                    request.model_dump_json(by_alias=True, exclude_defaults=True),
                     caller.turn_id,
                     caller.agent_id,
                     "1" if owner else "0",

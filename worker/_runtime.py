@@ -58,6 +58,18 @@ def stop_on_signals() -> asyncio.Event:
     return stop
 
 
+async def run_until_stopped(task: asyncio.Task[Any], stop: asyncio.Event | None = None) -> None:
+    """Wait until `stop` is set (default: SIGINT or SIGTERM) or the task ends, then
+    cancel the task and wait for it to finish its cleanup."""
+    stop = stop or stop_on_signals()
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 def _ms(seconds: float | None, name: str) -> int:
     if seconds is None:
         return 0
@@ -151,16 +163,10 @@ class AnswererRuntime:
     ) -> None:
         """Run until `stop` is set (default: until SIGINT or SIGTERM) or the runtime
         fails, then leave cleanly. `on_ready` is called once the group is live."""
-        stop = stop or stop_on_signals()
         task = await self.start(timeout)
         if on_ready is not None:
             on_ready()
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await run_until_stopped(task, stop)
 
     async def run(self) -> None:
         """Register, then serve until cancelled."""
@@ -349,18 +355,13 @@ class AnswererRuntime:
     async def _handle_recovered(self, entry_id: str, request_id: str) -> None:
         """An entry that was pending on this or a dead replica: it may be a claim of the
         group (present it again, without deciding) or an offer not yet decided."""
-        k = self.seam.keys
         redis = self.seam.redis
-        async with redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(
-                k.request(request_id), ["state", "tier", "offer", "undecided", "claimers", "inbox"]
-            )
-            pipe.get(k.payload(request_id))
-            row, payload = await pipe.execute()
-        state, tier, offer_id, undecided, claimers, inbox = row
+        row = await redis.hmget(  # type: ignore[misc]
+            self.seam.keys.request(request_id), ["state", "tier", "offer", "undecided", "claimers"]
+        )
+        state, tier, offer_id, undecided, claimers = row
         if (
             state is None
-            or payload is None
             or state in TERMINAL
             or offer_id != entry_id
             or tier is None
@@ -369,9 +370,14 @@ class AnswererRuntime:
         ):
             await redis.xack(self.stream, self.group, entry_id)  # no longer ours
             return
-        request = AskRequest.model_validate_json(payload)
-        self.seam.remember(RequestInfo(request=request, inbox=inbox))
-        offer = self._offer(entry_id, request)
+        try:
+            info = await self.seam.request_info(request_id)
+        except AskError as exc:
+            if exc.code is not ErrorCode.NOT_FOUND:
+                raise
+            await redis.xack(self.stream, self.group, entry_id)  # expired meanwhile
+            return
+        offer = self._offer(entry_id, info.request)
         if self.group in split_groups(claimers):
             await self._present(offer)
         else:

@@ -189,16 +189,19 @@ class Seam:
             task.cancel()
         if beating and not self._waiter.pending:
             with contextlib.suppress(Exception):
-                await self._forget_caller()  # a clean exit leaves no trace
+                await self.forget_caller()  # a clean exit leaves no trace
         await self._waiter.aclose()
         await self.redis.aclose(close_connection_pool=True)
 
-    async def _forget_caller(self) -> None:
-        """Unregister this caller process, unless it has asks pending (lua/forget_caller)."""
+    async def forget_caller(self, process_id: str | None = None) -> None:
+        """Unregister a caller process with no ask pending (lua/forget_caller): this one,
+        as it leaves, or (the sweeper) another one whose heartbeat expired."""
+        own = process_id is None
+        process = self.process_id if process_id is None else process_id
         k = self.keys
         await self.script("forget_caller")(
-            keys=[k.callers, k.alive(self.process_id), k.asked(self.process_id)],
-            args=[self.process_id, "1"],
+            keys=[k.callers, k.alive(process), k.asked(process)],
+            args=[process, "1" if own else "0"],
         )
 
     @contextlib.contextmanager
@@ -213,9 +216,6 @@ class Seam:
 
     def script(self, name: str) -> AsyncScript:
         """The named Lua script (lua/<name>.lua), registered once per client."""
-        return self._script(name)
-
-    def _script(self, name: str) -> AsyncScript:
         script = self._scripts.get(name)
         if script is None:
             script = self._scripts[name] = self.redis.register_script(source(name))
@@ -285,7 +285,7 @@ class Seam:
                 *extra,
             ]
             with self.redis_errors():
-                result: list[str] = await self._script(name)(keys=keys, args=args)
+                result: list[str] = await self.script(name)(keys=keys, args=args)
             if result[0] != "STALE":
                 return result
             if prev_inbox is not None:  # an idempotent ask: read where it replies now
@@ -447,7 +447,7 @@ class Seam:
                 # Nothing left to wait on: leave no trace (the script keeps the keys if
                 # an ask got in meanwhile, and so does this loop).
                 with contextlib.suppress(*CONNECTION_ERRORS):
-                    await self._forget_caller()
+                    await self.forget_caller()
 
         self._beating = asyncio.ensure_future(beat())
 
@@ -578,7 +578,7 @@ class Seam:
                     len(tiers),
                     *ids,
                 ]
-                result = await self._script("abort_turn")(keys=keys, args=args)
+                result = await self.script("abort_turn")(keys=keys, args=args)
             if result[0] == "ABORTED":
                 return int(result[1])
         raise AskError(ErrorCode.INTERNAL, f"turn {turn_id!r} kept changing while aborting")
@@ -727,7 +727,7 @@ class Seam:
         return rows[0] if rows else None
 
     async def _request_rows(self, ids: Sequence[str], now: int) -> list[RequestStatus]:
-        fields = ["state", "tier", "undecided", "claimers", "created_ms", "by", "code"]
+        fields = ["state", "tier", "undecided", "claimers", "created_ms", "by", "code", "payload"]
         async with self.redis.pipeline(transaction=False) as pipe:
             for request_id in ids:
                 pipe.hmget(self.keys.request(request_id), fields)
@@ -735,7 +735,8 @@ class Seam:
             replies = await pipe.execute()
         out = []
         for request_id, row, payload in zip(ids, replies[::2], replies[1::2], strict=True):
-            state, tier, undecided, claimers, created, by, code = row
+            state, tier, undecided, claimers, created, by, code, old_payload = row
+            payload = payload or old_payload  # asked before the payload had its own key
             if state is None or payload is None:
                 continue
             request = AskRequest.model_validate_json(payload)

@@ -116,9 +116,7 @@ class Sweeper:
                         cancelled += 1
                         continue
                 await redis.srem(k.asked(process), request_id)  # type: ignore[misc]
-            await self.seam.script("forget_caller")(
-                keys=[k.callers, k.alive(process), k.asked(process)], args=[process, "0"]
-            )
+            await self.seam.forget_caller(process)
         return cancelled
 
     async def release_orphans(self) -> int:

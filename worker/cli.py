@@ -7,7 +7,6 @@ Failures print `CODE: message` on stderr and exit with the code's status (README
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sys
 import uuid
@@ -21,7 +20,7 @@ from redis.exceptions import RedisError
 from ._errors import AskError, ErrorCode
 from ._models import Caller
 from ._plugins import answerer_kinds, load_answerer
-from ._runtime import AnswererRuntime, stop_on_signals
+from ._runtime import AnswererRuntime, run_until_stopped, stop_on_signals
 from ._seam import Seam
 from ._settings import Settings, settings_error
 
@@ -306,12 +305,7 @@ def sweeper(settings: Settings) -> None:
             f" arq poll {settings.poll_delay:g} s)",
             err=True,
         )
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        task.cancel()  # run_supervised closes the worker on its way out
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await run_until_stopped(task, stop)  # run_supervised closes the worker on its way out
 
     _run(run)
 

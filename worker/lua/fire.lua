@@ -46,5 +46,4 @@ else
   return moot()
 end
 if not state then return {'STALE'} end
-drop_timer(k, member)
-return {'FIRED', state}
+return {'FIRED', state}  -- leave_* dropped the timer with the group's others

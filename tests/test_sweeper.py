@@ -110,3 +110,37 @@ async def test_send_that_never_succeeds_releases(seam: Seam) -> None:
             raise AssertionError("expected NO_ANSWERER")
     assert len(channel.tries) == Flaky.send_tries
     assert channel.gave_up.qsize() == 1
+
+
+async def test_first_try_of_a_send_does_not_wait_for_the_poll(backend: Backend) -> None:
+    """arq polls its queue; a question's first post must not wait for that poll. With
+    a 60 s poll the post still goes out at once, and a retry waits for the poll."""
+    channel = Flaky(fail=0)
+    async with backend.seam(poll_delay=60) as seam, running(seam, channel, "slack"):
+        task = asyncio.create_task(seam.ask(SEED, caller()))
+        request_id = await asyncio.wait_for(channel.posted.get(), 10)
+        await channel.answer(request_id, YES)
+        assert (await task).to_json() == YES_JSON
+    assert channel.tries == [request_id]
+
+
+async def test_a_send_started_at_once_is_not_run_again_by_the_poll(backend: Backend) -> None:
+    """The replica that queues a send starts it through arq's claim, so the polls of
+    every replica (here three, polling every 20 ms) leave it alone."""
+    a, b, c = Flaky(fail=0), Flaky(fail=0), Flaky(fail=0)
+    b.tries = c.tries = a.tries  # one record of every try, wherever it ran
+    b.posted = c.posted = a.posted
+    async with (
+        backend.seam(poll_delay=0.02) as seam,
+        running(seam, a, "slack", consumer="a"),
+        running(seam, b, "slack", consumer="b"),
+        running(seam, c, "slack", consumer="c"),
+    ):
+        tasks = [asyncio.create_task(seam.ask(SEED, caller(f"t{i}"))) for i in range(20)]
+        posted = {await asyncio.wait_for(a.posted.get(), 10) for _ in tasks}
+        await asyncio.sleep(0.3)  # fifteen polls of each replica
+        for request_id in posted:
+            await a.answer(request_id, YES)
+        for task in tasks:
+            assert (await task).to_json() == YES_JSON
+    assert len(posted) == 20 and sorted(a.tries) == sorted(posted)

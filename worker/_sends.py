@@ -6,10 +6,17 @@ mid-send leaves it queued for another (arq re-runs a job whose worker died once 
 in-progress mark lapses). It is tried with exponential backoff (or after
 `RetryLater.seconds`) up to `Answerer.send_tries` times, then handed to
 `Answerer.send_failed`. A channel outage delays a question; it never loses it.
+
+arq polls its queue (every `ASKQ_POLL_DELAY`), which is fine for retries but not for a
+question's first post: the replica that queues a send starts it at once, through arq's
+own claim (`Worker.start_jobs`: an in-progress mark set under WATCH), so the job runs
+once whichever replica polls it too. Only retries and the sends of a dead replica wait
+for a poll.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -79,11 +86,31 @@ class SendQueue:
         self.answerer = answerer
         self._pool: ArqRedis | None = None
         self._worker: Worker | None = None
+        self._starting: set[asyncio.Task[None]] = set()
 
     async def enqueue(self, job: str, kwargs: dict[str, Any]) -> None:
         if self._pool is None:
             self._pool = await arq_pool(self.settings, self.queue)
-        await self._pool.enqueue_job(JOB, job, kwargs, _queue_name=self.queue)
+        queued = await self._pool.enqueue_job(JOB, job, kwargs, _queue_name=self.queue)
+        if queued is not None:
+            self._start_now(queued.job_id)
+
+    def _start_now(self, job_id: str) -> None:
+        """Run a just-queued send here without waiting for the next poll. A worker not
+        (or no longer) connected leaves it to the poll of whichever replica is."""
+        worker = self._worker
+        if worker is None or worker._pool is None:
+            return
+        # In a task: start_jobs waits for a free job slot, and enqueue must not.
+        task = asyncio.create_task(worker.start_jobs([job_id.encode()]))
+        self._starting.add(task)
+        task.add_done_callback(self._started)
+
+    def _started(self, task: asyncio.Task[None]) -> None:
+        self._starting.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # A lost connection here is harmless: the job is queued and gets polled.
+            log.info("starting a send at once failed: %s", task.exception())
 
     async def run(self) -> None:
         # arq counts a try that raised Retry; run_send gives up at send_tries itself,
@@ -105,6 +132,8 @@ class SendQueue:
 
     async def aclose(self) -> None:
         """Stop running sends (one cut short stays queued, for this group's next run)."""
+        for task in list(self._starting):
+            task.cancel()
         try:
             if self._worker is not None:
                 await close_worker(self._worker)

@@ -213,9 +213,28 @@ async def test_double_click_gets_already_answered_and_changes_nothing(
         assert "Already answered" in ephemeral["text"]
         assert "answered by slack:UALICE (alice)" in ephemeral["text"]
         await standin.settle()
+        # once: not again for Bob, nor twice when the click beat the post's bookkeeping
         assert len(standin.calls_to("chat.update")) == 1
         settlement = await seam.settlement(message.request_id)
         assert settlement is not None and settlement.by == "slack:UALICE (alice)"
+
+
+async def test_an_outcome_is_shown_once_and_a_failed_update_is_retried(
+    backend: Backend, seam: Seam, standin: SlackStandIn
+) -> None:
+    """However many runs of `update_message` there are (the click's, the post's own,
+    a retried job), Slack is told each outcome once; a failed update is tried again."""
+    standin.fail_next("chat.update", status=500, error="internal_error")
+    async with slack_worker(backend, standin) as slack:
+        task = asking(seam, SEED)
+        message = await standin.message()
+        await click(slack, block_actions(message, ALICE, "askq.pick.0"))
+        assert await answered(task) == YES_JSON
+        await standin.wait_for("chat.update", 2)  # the failed one, then its retry
+        for _ in range(3):
+            await slack.update_message(message.request_id)
+        await standin.settle()
+        assert len(standin.calls_to("chat.update")) == 2
 
 
 async def test_click_after_the_turn_was_aborted(
@@ -493,7 +512,7 @@ async def test_escalated_question_is_marked_and_a_late_click_changes_nothing(
     on_call = MemoryAnswerer()
     async with (
         sweeping(backend),
-        slack_worker(backend, standin, escalate_after=0.5) as slack,
+        slack_worker(backend, standin, escalate_after=1.0) as slack,
         running(seam, on_call, "on-call", priority=1),
     ):
         task = asking(seam, SEED)

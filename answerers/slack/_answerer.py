@@ -199,6 +199,8 @@ class SlackAnswerer(Answerer[SlackOptions]):
             if exc.code is ErrorCode.NOT_FOUND:
                 return  # expired: nothing left to show
             raise
+        if not await self.store.claim_showing(request_id, outcome):
+            return  # another run of this update showed it already
         try:
             await call(
                 "chat.update",
@@ -211,6 +213,9 @@ class SlackAnswerer(Answerer[SlackOptions]):
             )
         except SlackRefused as exc:  # a deleted message, an archived channel: moot
             log.warning("could not update the message of %s: %s", request_id, exc)
+        except BaseException:
+            await self.store.unclaim_showing(request_id, outcome)  # to be retried
+            raise
 
     async def post_reminder(self, request_id: str) -> None:
         """Nudge the humans in the question's thread (at most one a minute per request,

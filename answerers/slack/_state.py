@@ -3,7 +3,8 @@ replica, a send may run at any replica, and a replica may die at any point.
 
 | key                                   | type   | what                                       |
 |---------------------------------------|--------|--------------------------------------------|
-| {p}:slack:msg:<request>               | hash   | channel, ts of the posted message; outcome |
+| {p}:slack:msg:<request>               | hash   | channel, ts of the posted message; outcome; |
+|                                       |        | shown:<digest>: an outcome already shown   |
 | {p}:slack:posting:<request>           | string | a short lease: one post in flight          |
 | {p}:slack:picks:<request>:<user>      | hash   | q<i>: chosen options (t<i>: when), c<i>: custom |
 | {p}:slack:remind:<request>            | string | a reminder was posted in the last minute   |
@@ -15,6 +16,7 @@ claim would then post it again).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 from dataclasses import dataclass, field
@@ -92,6 +94,17 @@ class SlackStore:
     async def drop_lease(self, request_id: str) -> None:
         await self.redis.delete(self._lease(request_id))
 
+    async def claim_showing(self, request_id: str, outcome: Outcome) -> bool:
+        """True for the first update to show this outcome: the click's update and the
+        post's own (when the click beat the post's bookkeeping) may both run, and Slack
+        counts every chat.update against the channel's rate limit."""
+        key = self._msg(request_id)
+        return bool(await self.redis.hsetnx(key, _showing(outcome), "1"))  # type: ignore[misc]
+
+    async def unclaim_showing(self, request_id: str, outcome: Outcome) -> None:
+        """The update failed: let its retry (or another) show the outcome."""
+        await self.redis.hdel(self._msg(request_id), _showing(outcome))  # type: ignore[misc]
+
     async def set_outcome(self, request_id: str, outcome: Outcome, *, overwrite: bool) -> None:
         """Record what became of the request. A retraction does not overwrite (the
         replica whose click answered knows better than one hearing "answered")."""
@@ -156,3 +169,7 @@ class SlackStore:
 
     async def forget_picks(self, request_id: str, user: str) -> None:
         await self.redis.delete(self._picks(request_id, user))
+
+
+def _showing(outcome: Outcome) -> str:
+    return "shown:" + hashlib.sha256(outcome.to_json().encode()).hexdigest()[:16]

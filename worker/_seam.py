@@ -39,6 +39,7 @@ from ._models import (
     parse_answers,
     parse_input,
 )
+from ._pipeline import ScriptPipeline
 from ._scripts import source
 from ._settings import Settings
 from ._waiter import ReplyWaiter
@@ -151,6 +152,7 @@ class Seam:
         self.client_name = f"askq-{self.process_id[:12]}"
         self.redis = command_client(redis, self.settings, self.client_name)
         self._scripts: dict[str, AsyncScript] = {}
+        self._pipeline = ScriptPipeline(self.redis)
         self._waiter = ReplyWaiter(
             self.blocking_connection,
             self.keys.inbox(self.process_id),
@@ -191,6 +193,8 @@ class Seam:
             with contextlib.suppress(Exception):
                 await self.forget_caller()  # a clean exit leaves no trace
         await self._waiter.aclose()
+        with contextlib.suppress(Exception):
+            await self._pipeline.aclose()
         await self.redis.aclose(close_connection_pool=True)
 
     async def forget_caller(self, process_id: str | None = None) -> None:
@@ -199,7 +203,8 @@ class Seam:
         own = process_id is None
         process = self.process_id if process_id is None else process_id
         k = self.keys
-        await self.script("forget_caller")(
+        await self.call(
+            "forget_caller",
             keys=[k.callers, k.alive(process), k.asked(process)],
             args=[process, "1" if own else "0"],
         )
@@ -220,6 +225,10 @@ class Seam:
         if script is None:
             script = self._scripts[name] = self.redis.register_script(source(name))
         return script
+
+    async def call(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """Run the named script, pipelined with the process's other script calls."""
+        return await self._pipeline.call(self.script(name), keys, args)
 
     async def tier_streams(self, refresh: bool = False) -> list[str]:
         """The stream keys of every tier in the registry (scripts must declare them)."""
@@ -285,7 +294,7 @@ class Seam:
                 *extra,
             ]
             with self.redis_errors():
-                result: list[str] = await self.script(name)(keys=keys, args=args)
+                result: list[str] = await self.call(name, keys, args)
             if result[0] != "STALE":
                 return result
             if prev_inbox is not None:  # an idempotent ask: read where it replies now
@@ -578,7 +587,7 @@ class Seam:
                     len(tiers),
                     *ids,
                 ]
-                result = await self.script("abort_turn")(keys=keys, args=args)
+                result = await self.call("abort_turn", keys, args)
             if result[0] == "ABORTED":
                 return int(result[1])
         raise AskError(ErrorCode.INTERNAL, f"turn {turn_id!r} kept changing while aborting")

@@ -1,0 +1,103 @@
+"""Auto-pipelining of script calls (worker/_pipeline.py): batched under load, one
+result per call, in order, failures kept to their own call."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from conftest import SEED, YES, YES_JSON, Backend, running
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from answerers.memory import MemoryAnswerer
+from worker import Caller, Seam
+from worker._pipeline import ScriptPipeline
+
+# Appends its argument to a list and returns the list's new length; fails on "boom".
+APPEND = """
+if ARGV[1] == 'boom' then return redis.error_reply('ERR boom asked for') end
+return redis.call('RPUSH', KEYS[1], ARGV[1])
+"""
+
+
+@pytest.fixture
+async def redis(backend: Backend) -> AsyncIterator[Redis]:
+    client = Redis.from_url(backend.url, decode_responses=True)
+    yield client
+    await client.aclose()
+
+
+async def test_concurrent_calls_go_out_in_few_batches_in_order(
+    backend: Backend, redis: Redis
+) -> None:
+    key = "{" + backend.prefix + "}:log"
+    pipeline = ScriptPipeline(redis)
+    script = redis.register_script(APPEND)
+    lengths = await asyncio.gather(*(pipeline.call(script, [key], [str(i)]) for i in range(300)))
+    assert lengths == list(range(1, 301))  # each call its own result
+    assert await redis.lrange(key, 0, -1) == [str(i) for i in range(300)]  # in order
+    # All made in one turn of the loop: they go out batched (at most 256 a batch),
+    # not in 300 round trips.
+    assert pipeline.calls == 300
+    assert 2 <= pipeline.batches <= 4
+
+
+async def test_a_failing_call_fails_alone(backend: Backend, redis: Redis) -> None:
+    key = "{" + backend.prefix + "}:log"
+    pipeline = ScriptPipeline(redis)
+    script = redis.register_script(APPEND)
+    results = await asyncio.gather(
+        *(pipeline.call(script, [key], [arg]) for arg in ["a", "b", "boom", "c"]),
+        return_exceptions=True,
+    )
+    assert results[:2] == [1, 2] and results[3] == 3
+    assert isinstance(results[2], ResponseError) and "boom asked for" in str(results[2])
+
+
+async def test_scripts_run_after_redis_lost_its_script_cache(
+    backend: Backend, redis: Redis
+) -> None:
+    """A restarted Redis answers NOSCRIPT: the script did not run, so it is loaded and
+    run, once, for every call of the batch."""
+    key = "{" + backend.prefix + "}:log"
+    pipeline = ScriptPipeline(redis)
+    script = redis.register_script(APPEND)
+    assert await pipeline.call(script, [key], ["first"]) == 1
+    await redis.script_flush()
+    lengths = await asyncio.gather(*(pipeline.call(script, [key], [str(i)]) for i in range(20)))
+    assert sorted(lengths) == list(range(2, 22))
+    assert await redis.llen(key) == 21
+
+
+async def test_a_cancelled_caller_does_not_cancel_its_call_or_the_others(
+    backend: Backend, redis: Redis
+) -> None:
+    key = "{" + backend.prefix + "}:log"
+    pipeline = ScriptPipeline(redis)
+    script = redis.register_script(APPEND)
+    first = asyncio.create_task(pipeline.call(script, [key], ["first"]))
+    await asyncio.sleep(0)  # the first is out; the next two wait for it, batched
+    cancelled = asyncio.create_task(pipeline.call(script, [key], ["cancelled"]))
+    kept = asyncio.create_task(pipeline.call(script, [key], ["kept"]))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    assert await first == 1 and await kept == 3
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert await redis.lrange(key, 0, -1) == ["first", "cancelled", "kept"]
+
+
+async def test_many_asks_of_one_process_share_pipelines(backend: Backend, seam: Seam) -> None:
+    """End to end: 200 asks at once from one seam, answered by one replica, take far
+    fewer round trips than scripts on both sides."""
+    async with backend.seam() as worker_seam:
+        async with running(worker_seam, MemoryAnswerer(reply=lambda offer: YES), "rules"):
+            results = await asyncio.gather(
+                *(seam.ask(SEED, Caller(agent_id="a", turn_id=f"t{i}")) for i in range(200))
+            )
+        assert {r.to_json() for r in results} == {YES_JSON}
+        for side in (seam, worker_seam):
+            assert side._pipeline.calls >= 200
+            assert side._pipeline.batches < side._pipeline.calls / 2

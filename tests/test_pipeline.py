@@ -1,5 +1,6 @@
 """Auto-pipelining of script calls (worker/_pipeline.py): batched under load, one
-result per call, in order, failures kept to their own call."""
+result per call, in order, failures kept to their own call. And the hiredis packer
+(worker/_connections.py) that packs them."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from collections.abc import AsyncIterator
 import pytest
 from conftest import SEED, YES, YES_JSON, Backend, running
 from redis.asyncio import Redis
+from redis.asyncio.connection import Connection
 from redis.exceptions import ResponseError
 
 from answerers.memory import MemoryAnswerer
 from worker import Caller, Seam
+from worker._connections import _HiredisPacking, _with_hiredis_packing
 from worker._pipeline import ScriptPipeline
 
 # Appends its argument to a list and returns the list's new length; fails on "boom".
@@ -101,3 +104,29 @@ async def test_many_asks_of_one_process_share_pipelines(backend: Backend, seam: 
         for side in (seam, worker_seam):
             assert side._pipeline.calls >= 200
             assert side._pipeline.batches < side._pipeline.calls / 2
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("EVALSHA", "0" * 40, 2, "{p}:req:1", b"{p}:raw", "é ✓", 0.1, -5, 10**20, ""),
+        ("CLIENT SETNAME", "askq-1"),
+        (b"CONFIG GET", b"maxmemory-policy"),
+        ("XADD", "{p}:tier:0", "MAXLEN", "~", 1000, "*", "payload", "x" * 100_000),
+    ],
+)
+def test_hiredis_packs_what_redis_py_would(command: tuple[object, ...]) -> None:
+    """Commands are packed by hiredis: the same bytes on the wire as redis-py's own
+    packer, for every kind of argument askq sends."""
+    ours = _with_hiredis_packing(Connection)()
+    theirs = Connection()
+    assert b"".join(ours.pack_command(*command)) == b"".join(theirs.pack_command(*command))
+    assert b"".join(ours.pack_commands([command, command])) == b"".join(
+        theirs.pack_commands([command, command])
+    )
+
+
+async def test_a_seam_talks_through_hiredis_packing(seam: Seam) -> None:
+    await seam.ping()
+    assert issubclass(seam.redis.connection_pool.connection_class, _HiredisPacking)
+    assert issubclass(seam.blocking_connection().connection_pool.connection_class, _HiredisPacking)

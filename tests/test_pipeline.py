@@ -130,3 +130,19 @@ async def test_a_seam_talks_through_hiredis_packing(seam: Seam) -> None:
     await seam.ping()
     assert issubclass(seam.redis.connection_pool.connection_class, _HiredisPacking)
     assert issubclass(seam.blocking_connection().connection_pool.connection_class, _HiredisPacking)
+
+
+async def test_calls_of_a_cancelled_sender_are_cancelled_not_left_waiting(
+    backend: Backend, redis: Redis
+) -> None:
+    """At shutdown the sender may be cancelled mid-batch: its callers see the
+    cancellation instead of waiting for ever."""
+    key = "{" + backend.prefix + "}:log"
+    pipeline = ScriptPipeline(redis)
+    script = redis.register_script(APPEND)
+    calls = [asyncio.create_task(pipeline.call(script, [key], [str(i)])) for i in range(5)]
+    await asyncio.sleep(0)  # all queued, the sender created
+    assert pipeline._sender is not None
+    pipeline._sender.cancel()
+    results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 5)
+    assert all(isinstance(r, asyncio.CancelledError) for r in results)

@@ -59,6 +59,7 @@ class ScriptPipeline:
         self._queue.append(call)
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send_all(), name="askq-script-pipeline")
+            self._sender.add_done_callback(self._sender_done)
         # A cancelled caller cancels only its own future; the call still goes out.
         return await call.result
 
@@ -76,9 +77,14 @@ class ScriptPipeline:
                 for call in batch:
                     _settle(call, exc)
                 if isinstance(exc, asyncio.CancelledError):
-                    while self._queue:
-                        _settle(self._queue.popleft(), exc)
                     raise
+
+    def _sender_done(self, sender: asyncio.Task[None]) -> None:
+        # Cancelled (at shutdown), perhaps before it even started: what it left queued
+        # is cancelled too, so no caller waits for a sender that is gone.
+        if sender.cancelled():
+            while self._queue:
+                _settle(self._queue.popleft(), asyncio.CancelledError())
 
     async def _send(self, batch: list[_Call]) -> None:
         self.batches += 1
@@ -105,7 +111,9 @@ class ScriptPipeline:
 def _settle(call: _Call, result: Any) -> None:
     if call.result.done():  # its caller was cancelled and no longer waits
         return
-    if isinstance(result, BaseException):
+    if isinstance(result, asyncio.CancelledError):  # the sender was (shutdown)
+        call.result.cancel()
+    elif isinstance(result, BaseException):
         call.result.set_exception(result)
     else:
         call.result.set_result(result)

@@ -35,7 +35,7 @@ from ._config import SlackConfig
 from ._http import HttpReceiver
 from ._interactions import Interaction
 from ._socket import SocketReceiver
-from ._state import SlackStore
+from ._state import SlackStore, shown
 
 log = logging.getLogger("askq.slack")
 
@@ -199,7 +199,10 @@ class SlackAnswerer(Answerer[SlackOptions]):
             if exc.code is ErrorCode.NOT_FOUND:
                 return  # expired: nothing left to show
             raise
-        if not await self.store.claim_showing(request_id, outcome):
+        # The click's update and the post's own (when the click beat the post's
+        # bookkeeping) may both run; Slack counts each chat.update against its limit.
+        marker = shown(request_id, outcome)
+        if not await self.store.once(marker, self.store.ttl):
             return  # another run of this update showed it already
         try:
             await call(
@@ -214,7 +217,7 @@ class SlackAnswerer(Answerer[SlackOptions]):
         except SlackRefused as exc:  # a deleted message, an archived channel: moot
             log.warning("could not update the message of %s: %s", request_id, exc)
         except BaseException:
-            await self.store.unclaim_showing(request_id, outcome)  # to be retried
+            await self.store.forget_once(marker)  # to be retried
             raise
 
     async def post_reminder(self, request_id: str) -> None:

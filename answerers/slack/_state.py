@@ -3,11 +3,11 @@ replica, a send may run at any replica, and a replica may die at any point.
 
 | key                                   | type   | what                                       |
 |---------------------------------------|--------|--------------------------------------------|
-| {p}:slack:msg:<request>               | hash   | channel, ts of the posted message; outcome; |
-|                                       |        | shown:<digest>: an outcome already shown   |
+| {p}:slack:msg:<request>               | hash   | channel, ts of the posted message; outcome |
 | {p}:slack:posting:<request>           | string | a short lease: one post in flight          |
 | {p}:slack:picks:<request>:<user>      | hash   | q<i>: chosen options (t<i>: when), c<i>: custom |
 | {p}:slack:remind:<request>            | string | a reminder was posted in the last minute   |
+| {p}:slack:shown:<request>:<digest>    | string | this outcome was shown (chat.update)       |
 
 Every key expires `settled_ttl` after its last write, like the request it belongs to
 (a question left unanswered for longer than that loses its message record: a recovered
@@ -91,19 +91,12 @@ class SlackStore:
         """True the first time `name` is asked for within `seconds`."""
         return bool(await self.redis.set(f"{self.base}:slack:{name}", "1", nx=True, ex=seconds))
 
+    async def forget_once(self, name: str) -> None:
+        """What `once` guarded failed: the next ask for `name` is the first again."""
+        await self.redis.delete(f"{self.base}:slack:{name}")
+
     async def drop_lease(self, request_id: str) -> None:
         await self.redis.delete(self._lease(request_id))
-
-    async def claim_showing(self, request_id: str, outcome: Outcome) -> bool:
-        """True for the first update to show this outcome: the click's update and the
-        post's own (when the click beat the post's bookkeeping) may both run, and Slack
-        counts every chat.update against the channel's rate limit."""
-        key = self._msg(request_id)
-        return bool(await self.redis.hsetnx(key, _showing(outcome), "1"))  # type: ignore[misc]
-
-    async def unclaim_showing(self, request_id: str, outcome: Outcome) -> None:
-        """The update failed: let its retry (or another) show the outcome."""
-        await self.redis.hdel(self._msg(request_id), _showing(outcome))  # type: ignore[misc]
 
     async def set_outcome(self, request_id: str, outcome: Outcome, *, overwrite: bool) -> None:
         """Record what became of the request. A retraction does not overwrite (the
@@ -171,5 +164,6 @@ class SlackStore:
         await self.redis.delete(self._picks(request_id, user))
 
 
-def _showing(outcome: Outcome) -> str:
-    return "shown:" + hashlib.sha256(outcome.to_json().encode()).hexdigest()[:16]
+def shown(request_id: str, outcome: Outcome) -> str:
+    """The `once` name of showing this outcome of the request."""
+    return f"shown:{request_id}:" + hashlib.sha256(outcome.to_json().encode()).hexdigest()[:16]

@@ -5,7 +5,8 @@ result per call, in order, failures kept to their own call. And the hiredis pack
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import pytest
 from conftest import SEED, YES, YES_JSON, Backend, running
@@ -25,71 +26,69 @@ return redis.call('RPUSH', KEYS[1], ARGV[1])
 """
 
 
+class Log:
+    """A list in Redis appended to by APPEND calls through one ScriptPipeline."""
+
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self.redis = redis
+        self.key = "{" + prefix + "}:log"
+        self.pipeline = ScriptPipeline(redis)
+        self.script = redis.register_script(APPEND)
+
+    def append(self, item: str) -> Coroutine[Any, Any, Any]:
+        return self.pipeline.call(self.script, [self.key], [item])
+
+    async def items(self) -> list[str]:
+        return await self.redis.lrange(self.key, 0, -1)  # type: ignore[no-any-return,misc]
+
+
 @pytest.fixture
-async def redis(backend: Backend) -> AsyncIterator[Redis]:
+async def log(backend: Backend) -> AsyncIterator[Log]:
     client = Redis.from_url(backend.url, decode_responses=True)
-    yield client
+    yield Log(client, backend.prefix)
     await client.aclose()
 
 
-async def test_concurrent_calls_go_out_in_few_batches_in_order(
-    backend: Backend, redis: Redis
-) -> None:
-    key = "{" + backend.prefix + "}:log"
-    pipeline = ScriptPipeline(redis)
-    script = redis.register_script(APPEND)
-    lengths = await asyncio.gather(*(pipeline.call(script, [key], [str(i)]) for i in range(300)))
+async def test_concurrent_calls_go_out_in_few_batches_in_order(log: Log) -> None:
+    lengths = await asyncio.gather(*(log.append(str(i)) for i in range(300)))
     assert lengths == list(range(1, 301))  # each call its own result
-    assert await redis.lrange(key, 0, -1) == [str(i) for i in range(300)]  # in order
+    assert await log.items() == [str(i) for i in range(300)]  # in order
     # All made in one turn of the loop: they go out batched (at most 256 a batch),
     # not in 300 round trips.
-    assert pipeline.calls == 300
-    assert 2 <= pipeline.batches <= 4
+    assert log.pipeline.calls == 300
+    assert 2 <= log.pipeline.batches <= 4
 
 
-async def test_a_failing_call_fails_alone(backend: Backend, redis: Redis) -> None:
-    key = "{" + backend.prefix + "}:log"
-    pipeline = ScriptPipeline(redis)
-    script = redis.register_script(APPEND)
+async def test_a_failing_call_fails_alone(log: Log) -> None:
     results = await asyncio.gather(
-        *(pipeline.call(script, [key], [arg]) for arg in ["a", "b", "boom", "c"]),
+        *(log.append(arg) for arg in ["a", "b", "boom", "c"]),
         return_exceptions=True,
     )
     assert results[:2] == [1, 2] and results[3] == 3
     assert isinstance(results[2], ResponseError) and "boom asked for" in str(results[2])
 
 
-async def test_scripts_run_after_redis_lost_its_script_cache(
-    backend: Backend, redis: Redis
-) -> None:
+async def test_scripts_run_after_redis_lost_its_script_cache(log: Log) -> None:
     """A restarted Redis answers NOSCRIPT: the script did not run, so it is loaded and
     run, once, for every call of the batch."""
-    key = "{" + backend.prefix + "}:log"
-    pipeline = ScriptPipeline(redis)
-    script = redis.register_script(APPEND)
-    assert await pipeline.call(script, [key], ["first"]) == 1
-    await redis.script_flush()
-    lengths = await asyncio.gather(*(pipeline.call(script, [key], [str(i)]) for i in range(20)))
+    assert await log.append("first") == 1
+    await log.redis.script_flush()
+    lengths = await asyncio.gather(*(log.append(str(i)) for i in range(20)))
     assert sorted(lengths) == list(range(2, 22))
-    assert await redis.llen(key) == 21
+    assert len(await log.items()) == 21
 
 
-async def test_a_cancelled_caller_does_not_cancel_its_call_or_the_others(
-    backend: Backend, redis: Redis
-) -> None:
-    key = "{" + backend.prefix + "}:log"
-    pipeline = ScriptPipeline(redis)
-    script = redis.register_script(APPEND)
-    first = asyncio.create_task(pipeline.call(script, [key], ["first"]))
+async def test_a_cancelled_caller_does_not_cancel_its_call_or_the_others(log: Log) -> None:
+    first = asyncio.create_task(log.append("first"))
     await asyncio.sleep(0)  # the first is out; the next two wait for it, batched
-    cancelled = asyncio.create_task(pipeline.call(script, [key], ["cancelled"]))
-    kept = asyncio.create_task(pipeline.call(script, [key], ["kept"]))
+    cancelled = asyncio.create_task(log.append("cancelled"))
+    kept = asyncio.create_task(log.append("kept"))
     await asyncio.sleep(0)
     cancelled.cancel()
     assert await first == 1 and await kept == 3
     with pytest.raises(asyncio.CancelledError):
         await cancelled
-    assert await redis.lrange(key, 0, -1) == ["first", "cancelled", "kept"]
+    assert await log.items() == ["first", "cancelled", "kept"]
 
 
 async def test_many_asks_of_one_process_share_pipelines(backend: Backend, seam: Seam) -> None:
@@ -132,17 +131,12 @@ async def test_a_seam_talks_through_hiredis_packing(seam: Seam) -> None:
     assert issubclass(seam.blocking_connection().connection_pool.connection_class, _HiredisPacking)
 
 
-async def test_calls_of_a_cancelled_sender_are_cancelled_not_left_waiting(
-    backend: Backend, redis: Redis
-) -> None:
+async def test_calls_of_a_cancelled_sender_are_cancelled_not_left_waiting(log: Log) -> None:
     """At shutdown the sender may be cancelled mid-batch: its callers see the
     cancellation instead of waiting for ever."""
-    key = "{" + backend.prefix + "}:log"
-    pipeline = ScriptPipeline(redis)
-    script = redis.register_script(APPEND)
-    calls = [asyncio.create_task(pipeline.call(script, [key], [str(i)])) for i in range(5)]
+    calls = [asyncio.create_task(log.append(str(i))) for i in range(5)]
     await asyncio.sleep(0)  # all queued, the sender created
-    assert pipeline._sender is not None
-    pipeline._sender.cancel()
+    assert log.pipeline._sender is not None
+    log.pipeline._sender.cancel()
     results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 5)
     assert all(isinstance(r, asyncio.CancelledError) for r in results)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from fnmatch import fnmatchcase
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -132,6 +132,8 @@ class AskRequest(_Strict):
 
 
 SettlementState = Literal["ANSWERED", "FAILED", "CANCELLED"]
+# The states a request never leaves (common.lua's TERMINAL).
+TERMINAL: frozenset[str] = frozenset(get_args(SettlementState))
 
 
 class Settlement(BaseModel):

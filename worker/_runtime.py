@@ -34,14 +34,13 @@ from ._blocking import BlockingLoop, raise_if_cancelled
 from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
 from ._keys import split_groups
-from ._models import AskRequest, Offer, Retraction, scope_matches
+from ._models import TERMINAL, AskRequest, Offer, Retraction, scope_matches
 from ._seam import RequestInfo, Seam
 from ._sends import SendQueue
 
 log = logging.getLogger("askq.runtime")
 
 GROUP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-TERMINAL = {"ANSWERED", "FAILED", "CANCELLED"}
 READ_COUNT = 64
 MAX_IN_FLIGHT = 256
 RECOVER_BATCH = 100

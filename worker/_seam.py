@@ -28,6 +28,7 @@ from ._connections import CONNECTION_ERRORS, blocking_client, command_client, un
 from ._errors import AskError, ErrorCode
 from ._keys import Keys, split_groups
 from ._models import (
+    TERMINAL,
     Answers,
     AskInput,
     AskRequest,
@@ -331,10 +332,6 @@ class Seam:
             raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
         owner = caller.owner or self._agents.get(caller.agent_id)
         inbox = self.keys.inbox(self.process_id)
-        prev_inbox = None
-        if idempotency_key is not None:
-            with self.redis_errors():
-                prev_inbox = await self.redis.hget(self.keys.request(request.id), "inbox")  # type: ignore[misc]
         future = self._waiter.expect(request.id)
         self._keep_alive()
         try:
@@ -356,7 +353,9 @@ class Seam:
                 inbox=inbox,
                 turn_id=caller.turn_id,
                 owner=owner,
-                prev_inbox=prev_inbox or inbox if idempotency_key is not None else None,
+                # An idempotent ask of a request that replies elsewhere comes back
+                # STALE; _run then reads where it replies and asks to reattach.
+                prev_inbox=inbox if idempotency_key is not None else None,
             )
         except asyncio.CancelledError:
             # Cancelled while publishing: the request may be out there with nobody
@@ -630,6 +629,14 @@ class Seam:
         while len(self._infos) > INFO_CACHE:
             self._infos.popitem(last=False)
 
+    async def holds(self, request_id: str, group: str) -> bool:
+        """Whether the request is pending with `group` among its claimers (one read)."""
+        with self.redis_errors():
+            state, claimers = await self.redis.hmget(  # type: ignore[misc]
+                self.keys.request(request_id), ["state", "claimers"]
+            )
+        return state is not None and state not in TERMINAL and group in split_groups(claimers)
+
     async def request_info(self, request_id: str) -> RequestInfo:
         info = self._infos.get(request_id)
         if info is not None:
@@ -648,7 +655,9 @@ class Seam:
 
     async def accept(self, offer: Offer) -> bool:
         """Claim the offer for the group. False when it is no longer the group's to take."""
-        result = await self._group_step("accept", offer, [offer.group, offer.tier, offer.offer_id])
+        result = await self._run(
+            "accept", offer.request_id, [offer.group, offer.tier, offer.offer_id]
+        )
         return result[0] == "CLAIMED"
 
     async def decline(self, offer: Offer) -> None:
@@ -663,9 +672,6 @@ class Seam:
         result = await self._run("release", request_id, [group])
         return result[0] == "RELEASED"
 
-    async def _group_step(self, name: str, offer: Offer, extra: list[str | int]) -> list[str]:
-        return await self._run(name, offer.request_id, extra)
-
     async def answer(self, request_id: str, group: str, answers: Any, *, by: str) -> Answers:
         """Submit a human's answer on behalf of a group holding the claim.
 
@@ -673,12 +679,7 @@ class Seam:
         INVALID_REQUEST naming the problem, ALREADY_SETTLED ("answered by ...") for a
         late or duplicate answer, NOT_CLAIMED when the group holds no claim.
         """
-        info = await self.request_info(request_id)
-        valid = parse_answers(info.request.questions, answers)
-        body = Settlement(state="ANSWERED", answers=valid.answers, by=by)
-        result = await self._run(
-            "answer", request_id, [group, body.model_dump_json(exclude_none=True), by]
-        )
+        valid, result = await self._settle_answer("answer", request_id, [group], answers, by)
         if result[0] == "ANSWERED":
             return valid
         raise self._refused(request_id, result)
@@ -686,19 +687,31 @@ class Seam:
     async def claim_and_answer(self, offer: Offer, answers: Any, *, by: str) -> Answers:
         """Claim an offer and answer it in one atomic step (a group that answers without
         asking anyone). Raises like `answer`; STALE_OFFER/NOT_OFFERED as NOT_CLAIMED."""
-        info = await self.request_info(offer.request_id)
-        valid = parse_answers(info.request.questions, answers)
-        body = Settlement(state="ANSWERED", answers=valid.answers, by=by)
-        result = await self._run(
+        valid, result = await self._settle_answer(
             "claim_answer",
             offer.request_id,
-            [offer.group, offer.tier, offer.offer_id, body.model_dump_json(exclude_none=True), by],
+            [offer.group, offer.tier, offer.offer_id],
+            answers,
+            by,
         )
         if result[0] == "ANSWERED":
             return valid
         if result[0] in ("STALE_OFFER", "NOT_OFFERED"):
             result = ["NOT_CLAIMED", "no longer offered to this group"]
         raise self._refused(offer.request_id, result)
+
+    async def _settle_answer(
+        self, name: str, request_id: str, lead: list[str | int], answers: Any, by: str
+    ) -> tuple[Answers, list[str]]:
+        """Validate the answers against the request's questions (INVALID_REQUEST naming
+        what is wrong), then run the answering script `name` with them."""
+        info = await self.request_info(request_id)
+        valid = parse_answers(info.request.questions, answers)
+        body = Settlement(state="ANSWERED", answers=valid.answers, by=by)
+        result = await self._run(
+            name, request_id, [*lead, body.model_dump_json(exclude_none=True), by]
+        )
+        return valid, result
 
     @staticmethod
     def _refused(request_id: str, result: list[str]) -> AskError:

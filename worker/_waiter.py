@@ -40,7 +40,7 @@ class ReplyWaiter:
         inbox: str,
         reply_key: Callable[[str], str],
         block_seconds: float,
-        request_key: Callable[[str], str] | None = None,
+        request_key: Callable[[str], str],
     ) -> None:
         self._inbox = inbox
         self._reply_key = reply_key
@@ -76,18 +76,19 @@ class ReplyWaiter:
             self._published.add(request_id)
 
     def forget(self, request_id: str) -> None:
-        self._published.discard(request_id)
-        future = self._futures.pop(request_id, None)
-        if not self._futures:
-            self.idle.set()
+        future = self._take(request_id)
         if future is not None and not future.done():
             future.cancel()
 
-    def _deliver(self, request_id: str, body: str) -> None:
+    def _take(self, request_id: str) -> asyncio.Future[Settlement] | None:
         self._published.discard(request_id)
         future = self._futures.pop(request_id, None)
         if not self._futures:
             self.idle.set()
+        return future
+
+    def _deliver(self, request_id: str, body: str) -> None:
+        future = self._take(request_id)
         if future is None or future.done():
             return  # settled for an ask this process gave up on, or a duplicate wake-up
         try:
@@ -130,12 +131,13 @@ class ReplyWaiter:
         for start in range(0, len(ids), DRAIN_BATCH):
             batch = ids[start : start + DRAIN_BATCH]
             bodies = await conn.mget([self._reply_key(i) for i in batch])
-            unsettled = [i for i, body in zip(batch, bodies, strict=True) if body is None]
+            published = []
             for request_id, body in zip(batch, bodies, strict=True):
                 if body is not None:
                     self._deliver(request_id, body)
-            published = [i for i in unsettled if i in self._published]
-            if self._request_key is None or not published:
+                elif request_id in self._published:
+                    published.append(request_id)
+            if not published:
                 continue
             async with conn.pipeline(transaction=False) as pipe:
                 for request_id in published:

@@ -39,7 +39,6 @@ from ._state import SlackStore, shown
 
 log = logging.getLogger("askq.slack")
 
-TERMINAL = frozenset({"ANSWERED", "FAILED", "CANCELLED"})
 REMINDER_GAP_SECONDS = 60
 
 
@@ -149,8 +148,7 @@ class SlackAnswerer(Answerer[SlackOptions]):
         posted = await self.store.message(request_id)
         if posted.ts is not None or posted.outcome is not None:
             return  # posted already, or settled before it was shown
-        status = await self.group.seam.request_status(request_id)
-        if status is None or status.state in TERMINAL or self.group.name not in status.claimers:
+        if not await self.group.seam.holds(request_id, self.group.name):
             log.info("request %s is no longer this group's; not posting it", request_id)
             return
         request = (await self.group.seam.request_info(request_id)).request
@@ -158,7 +156,7 @@ class SlackAnswerer(Answerer[SlackOptions]):
         if route is None:  # the routes changed under a recovered claim
             await self._give_back(request_id, "no route for its scope any more")
             return
-        if await self.store.lease_post(request_id) is None:
+        if not await self.store.lease_post(request_id):
             # Another run is posting it; look again once its lease is over.
             raise RetryLater(await self.store.lease_left(request_id), "being posted elsewhere")
         try:
@@ -180,8 +178,7 @@ class SlackAnswerer(Answerer[SlackOptions]):
             await self.store.drop_lease(request_id)
             raise
         await self.store.record_post(request_id, str(response["channel"]), str(response["ts"]))
-        if (await self.store.message(request_id)).outcome is not None:
-            await self.update_message(request_id)  # it settled while we were posting
+        await self.update_message(request_id)  # a no-op unless it settled while we posted
 
     async def update_message(self, request_id: str) -> None:
         """Show what became of the request; a no-op until it is posted and settled."""

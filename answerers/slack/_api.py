@@ -50,7 +50,8 @@ def web_client(token: str | None, base_url: str, session: aiohttp.ClientSession)
     )
 
 
-def _error(exc: SlackApiError) -> str:
+def slack_error(exc: SlackApiError) -> str:
+    """Slack's error code of a refused call, or its HTTP status."""
     data = exc.response.data
     error = data.get("error") if isinstance(data, dict) else None
     return str(error or f"HTTP {exc.response.status_code}")
@@ -73,7 +74,7 @@ async def call(method: str, request: Awaitable[AsyncSlackResponse]) -> AsyncSlac
     except SlackApiError as exc:
         if exc.response.status_code == 429:
             raise RetryLater(_retry_after(exc), f"Slack rate-limited {method}") from exc
-        error = _error(exc)
+        error = slack_error(exc)
         if exc.response.status_code >= 500 or error in TRANSIENT_ERRORS:
             raise
         raise SlackRefused(method, error) from exc
@@ -85,7 +86,7 @@ async def check_bot_token(client: AsyncWebClient) -> None:
     try:
         await client.auth_test()
     except SlackApiError as exc:
-        error = _error(exc)
+        error = slack_error(exc)
         if error in AUTH_ERRORS:
             raise AskError(
                 ErrorCode.CONFIG_ERROR, f"ASKQ_SLACK_BOT_TOKEN: Slack refused the token ({error})"

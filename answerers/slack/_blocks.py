@@ -294,6 +294,8 @@ def custom_modal(
                 "block_id": ids.CUSTOM_BLOCK,
                 "label": plain("Your answer", 2000),
                 "element": element,
+                # Saving a note (not yet the answer): an empty text takes the note back.
+                **({} if submits_answer else {"optional": True}),
             },
         ],
     }

@@ -154,8 +154,6 @@ class ClickHandler:
             submits_answer=submits,
             initial=picks.custom.get(index),
         )
-        if not submits:
-            view["blocks"][-1]["optional"] = True  # an empty text takes a note back
         await call("views.open", self.client.views_open(trigger_id=clicked.trigger_id, view=view))
 
     async def _on_custom(self, submitted: CustomSubmitted) -> None:

@@ -37,7 +37,6 @@ class Route:
     selector: dict[str, str]
     channel: str  # a channel id, "#name", or a user id (the app's DM with that user)
     allow: frozenset[str]
-    source: str  # the key it was configured under, for messages
 
     def allows(self, user_id: str) -> bool:
         return ANYONE in self.allow or user_id in self.allow
@@ -111,7 +110,7 @@ def _route(key: str, value: Any, default_allow: frozenset[str] | None) -> Route:
             f'{where}: nobody may answer in {channel}; give "allow": [user ids] or set'
             f' {ALLOWLIST_VAR} (user ids, or "{ANYONE}" for anyone who sees the message)'
         )
-    return Route(selector=_selector(key), channel=channel, allow=allow, source=key)
+    return Route(selector=_selector(key), channel=channel, allow=allow)
 
 
 def parse_routes(routes_text: str, allowlist_text: str) -> Routes:

@@ -18,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from worker import AskError, ErrorCode
 
+from ._api import slack_error
 from ._interactions import Interaction, MalformedInteraction, parse_interaction
 
 log = logging.getLogger("askq.slack")
@@ -53,7 +54,7 @@ class SocketReceiver:
         try:
             client.wss_uri = await client.issue_new_wss_url()
         except SlackApiError as exc:
-            error = exc.response.get("error") or f"HTTP {exc.response.status_code}"
+            error = slack_error(exc)
             raise AskError(
                 ErrorCode.CONFIG_ERROR,
                 f"ASKQ_SLACK_APP_TOKEN: Slack refused to open a Socket Mode connection ({error})",

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
@@ -69,11 +68,10 @@ class SlackStore:
         )
         return PostedMessage(channel, ts, Outcome.from_json(outcome) if outcome else None)
 
-    async def lease_post(self, request_id: str) -> str | None:
-        """A token when this caller may post now; None while another attempt holds it."""
-        token = secrets.token_hex(8)
-        got = await self.redis.set(self._lease(request_id), token, nx=True, ex=POST_LEASE_SECONDS)
-        return token if got else None
+    async def lease_post(self, request_id: str) -> bool:
+        """True when this caller may post now; False while another attempt holds it."""
+        lease = self._lease(request_id)
+        return bool(await self.redis.set(lease, "1", nx=True, ex=POST_LEASE_SECONDS))
 
     async def lease_left(self, request_id: str) -> float:
         ttl = await self.redis.ttl(self._lease(request_id))

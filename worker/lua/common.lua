@@ -112,26 +112,27 @@ local function timing(group_info, group)
     escalate = tonumber(info.escalate_ms) or 0, remind = tonumber(info.remind_ms) or 0}
 end
 
--- Acknowledge the request's current offer for every group it went to, so that no
--- replica recovers an offer that is decided. pcall: a group deleted by hand must not
--- abort a script half-way.
-local function ack_offer(req)
-  local tier, offer, offered = unpack(redis.call('HMGET', req, 'tier', 'offer', 'offered'))
+-- The request's current offer is over (settled, or moved on to another tier):
+-- acknowledge it for every group it went to, so that no replica recovers an offer that
+-- is decided, and drop its deadlines. pcall: a group deleted by hand must not abort a
+-- script half-way.
+local function end_offer(k, request_id)
+  local tier, offer, offered = unpack(redis.call('HMGET', k.req, 'tier', 'offer', 'offered'))
   if tier and offer then
     local stream = tier_prefix .. tier
-    for _, group in ipairs(split(offered)) do redis.pcall('XACK', stream, group, offer) end
+    local groups = split(offered)
+    for _, group in ipairs(groups) do redis.pcall('XACK', stream, group, offer) end
+    drop_offer_timers(k, request_id, offer, groups)
   end
 end
 
 -- Put the request on the stream of tier `priority`, offered to `members`, each with its
 -- decision window. The entry carries the payload, so a worker decides on a fresh offer
--- without reading the hash.
+-- without reading the hash. Any earlier offer was ended first (end_offer).
 local function offer_to(k, request_id, priority, members, now)
-  local inbox, old_offer, old_offered =
-    unpack(redis.call('HMGET', k.req, 'inbox', 'offer', 'offered'))
+  local inbox = redis.call('HGET', k.req, 'inbox')
   -- (in the hash for a request asked before the payload had its own key)
   local payload = redis.call('GET', k.payload) or redis.call('HGET', k.req, 'payload')
-  drop_offer_timers(k, request_id, old_offer, split(old_offered))
   local entry = redis.call('XADD', tier_prefix .. priority, '*', 'request', request_id,
     'payload', payload, 'inbox', inbox)
   local list = table.concat(members, ',')
@@ -161,9 +162,7 @@ end
 -- answerers told. k = {req, reply, inbox, turn, pending, events, timers, asked,
 -- payload, timeout_body}
 local function settle(k, request_id, state, code, body, by)
-  ack_offer(k.req)
-  local offer, offered = unpack(redis.call('HMGET', k.req, 'offer', 'offered'))
-  drop_offer_timers(k, request_id, offer, split(offered))
+  end_offer(k, request_id)
   drop_timer(k, 'timeout|' .. request_id)
   redis.call('SREM', k.asked, request_id)
   redis.call('HSET', k.req, 'state', state, 'code', code, 'by', by,
@@ -208,7 +207,7 @@ local function fall_through(k, request_id, plan, shown)
     settle(k, request_id, 'FAILED', 'NO_ANSWERER', no_answerer_body(), '')
     return 'FAILED'
   end
-  ack_offer(k.req)
+  end_offer(k, request_id)
   offer_to(k, request_id, plan.priority, plan.members, plan.now)
   if shown then
     announce(k, request_id, 'OFFERED', '', '', 'tier', plan.priority)

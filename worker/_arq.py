@@ -46,6 +46,19 @@ async def arq_pool(settings: Settings, queue: str) -> ArqRedis:
     )
 
 
+def worker_options(settings: Settings, queue: str) -> dict[str, Any]:
+    """What every askq arq worker is given: its queue, JSON jobs, the poll delay, and
+    no results kept (nobody reads them)."""
+    return {
+        "redis_settings": redis_settings(settings),
+        "queue_name": queue,
+        "poll_delay": settings.poll_delay,
+        "job_serializer": dumps,
+        "job_deserializer": loads,
+        "keep_result": 0,
+    }
+
+
 def arq_worker(
     settings: Settings,
     queue: str,
@@ -57,14 +70,9 @@ def arq_worker(
     """A worker to run inside an askq process (its owner stops it with `close()`)."""
     return Worker(
         functions=functions,
-        queue_name=queue,
-        redis_settings=redis_settings(settings),
-        poll_delay=settings.poll_delay,
-        job_serializer=dumps,
-        job_deserializer=loads,
         handle_signals=False,
-        keep_result=0,
         ctx=ctx,
+        **worker_options(settings, queue),
         **options,
     )
 

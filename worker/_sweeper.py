@@ -25,7 +25,7 @@ from arq.cron import CronJob, cron
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from ._arq import dumps, loads, redis_settings
+from ._arq import worker_options
 from ._blocking import BlockingLoop
 from ._errors import AskError, ErrorCode
 from ._keys import Keys, split_groups
@@ -167,11 +167,10 @@ class Sweeper:
         return 0
 
     async def trim_streams(self) -> int:
-        k, redis = self.seam.keys, self.seam.redis
         trimmed = 0
-        for priority in set((await redis.hgetall(k.groups)).values()):  # type: ignore[misc]
+        for stream in await self.seam.tier_streams(refresh=True):
             with contextlib.suppress(ResponseError):
-                trimmed += await trim_tier(self.seam, k.tier(int(priority)))
+                trimmed += await trim_tier(self.seam, stream)
         return trimmed
 
 
@@ -217,16 +216,11 @@ def worker_settings(settings: Settings | None = None) -> dict[str, Any]:
         timeout=max(60, settings.sweep_interval * 10),
     )
     return {
+        **worker_options(settings, Keys(settings.prefix).queue("sweeper")),
         "functions": [],
         "cron_jobs": [job],
         "on_startup": _startup,
         "on_shutdown": _shutdown,
-        "redis_settings": redis_settings(settings),
-        "queue_name": Keys(settings.prefix).queue("sweeper"),
-        "poll_delay": settings.poll_delay,
-        "job_serializer": dumps,
-        "job_deserializer": loads,
-        "keep_result": 0,
         "ctx": {"askq_settings": settings},
     }
 

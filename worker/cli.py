@@ -293,8 +293,8 @@ def sweeper(settings: Settings) -> None:
 
     async def run() -> None:
         stop = stop_on_signals()
-        async with Seam(settings=settings) as seam:
-            await seam.ping()  # one clear line if Redis is unreachable
+        async with Seam(settings=settings):
+            pass  # entering pings Redis: one clear line if it is unreachable
         task = asyncio.create_task(
             run_supervised(
                 "askq sweeper", lambda: Worker(**worker_settings(settings), handle_signals=False)

@@ -3,6 +3,12 @@
 `present` only queues the request; one UI task shows the queue in arrival order, reads
 the answers line by line and submits them. A request that settles elsewhere is dropped
 from the queue, or, if it is on screen, its prompt is abandoned.
+
+Standard input is a terminal, a pipe or a file of answers. An input nobody can type
+into (/dev/null, as systemd and `docker run` without `-i` give; a closed one) stops
+the worker at start-up with CONFIG_ERROR: a console must not claim questions nobody
+can see. When the input ends or cannot be read, and when the worker stops, the console
+gives back what it holds, so the waterfall moves on.
 """
 
 from __future__ import annotations
@@ -11,9 +17,12 @@ import asyncio
 import contextlib
 import getpass
 import logging
+import os
 import re
+import stat
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import Field
@@ -26,6 +35,7 @@ from worker import (
     Answerer,
     AnswererOptions,
     AskError,
+    ErrorCode,
     GroupHandle,
     Offer,
     Question,
@@ -44,7 +54,11 @@ class ConsoleOptions(AnswererOptions):
 
 
 class _InputClosed(Exception):
-    pass
+    """Nobody can answer here any more: the input ended or cannot be read."""
+
+    def __init__(self, why: str = "input closed") -> None:
+        super().__init__(why)
+        self.why = why
 
 
 class _Invalid(Exception):
@@ -88,7 +102,7 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
     async def start(self, group: GroupHandle) -> None:
         await super().start(group)
         if self._reader is None:
-            self._reader = await self._stdin_reader()
+            self._reader = await self._stdin_reader()  # before the group is live
         self._ui = asyncio.create_task(self._ui_loop(), name="askq-console-ui")
 
     async def stop(self) -> None:
@@ -100,26 +114,44 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
             self._transport.close()
 
     async def _stdin_reader(self) -> asyncio.StreamReader:
+        """A reader of this process's standard input; CONFIG_ERROR (one line, before the
+        group registers) when nobody can type answers into it."""
+        problem = _stdin_problem()
+        if problem is None:
+            try:
+                return await self._read_stdin()
+            except Exception as exc:  # noqa: BLE001 - one line, never a traceback
+                problem = f"standard input cannot be read ({type(exc).__name__}: {exc})"
+        raise AskError(ErrorCode.CONFIG_ERROR, f"console: {problem}. {_STDIN_HELP}")
+
+    async def _read_stdin(self) -> asyncio.StreamReader:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
-        try:
-            self._transport, _ = await loop.connect_read_pipe(
-                lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
-            )
-        except (ValueError, OSError):
-            # A regular file (`< answers.txt`) is not a pipe; read it in a thread instead.
-            def pump() -> None:
-                for line in sys.stdin.buffer:
-                    loop.call_soon_threadsafe(reader.feed_data, line)
-                loop.call_soon_threadsafe(reader.feed_eof)
-
-            threading.Thread(target=pump, name="askq-console-stdin", daemon=True).start()
+        fd = sys.stdin.fileno()
+        if _loop_can_watch(loop, fd):  # a terminal, a pipe, a socket
+            with contextlib.suppress(ValueError, OSError):
+                self._transport, _ = await loop.connect_read_pipe(
+                    lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
+                )
+                return reader
+        # What the event loop cannot watch (a regular file: `< answers.txt`) is read in
+        # a thread. Asking first matters: connect_read_pipe takes some such inputs and
+        # then fails only in a callback, leaving a reader that never gets a line or EOF.
+        threading.Thread(
+            target=_pump, args=(loop, reader), name="askq-console-stdin", daemon=True
+        ).start()
         return reader
 
     # --- the runtime's side ----------------------------------------------------------
 
     async def decide(self, offer: Offer) -> bool:
-        return not self._closed
+        return not self._closed and not self._input_exhausted()
+
+    def _input_exhausted(self) -> bool:
+        """The input ended (every line before the end read) or failed: nothing more
+        will be typed, so an offer claimed now would only be given back."""
+        reader = self._reader
+        return reader is not None and (reader.at_eof() or reader.exception() is not None)
 
     async def _release(self, offer: Offer) -> None:
         try:
@@ -165,14 +197,14 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
             self._withdrawn = False
             try:
                 await self._serve(self._current)
-            except _InputClosed:
+            except _InputClosed as closed:
                 # Nobody can answer here any more: give every claim back so the waterfall
                 # moves on, and decline what comes next.
                 self._closed = True
                 held = [self._current, *self._queue.values()]
                 self._queue.clear()
-                self._say(Text(f"input closed; {len(held)} request(s) passed on", style="yellow"))
-                log.info("console input closed; releasing %d request(s)", len(held))
+                self._say(Text(f"{closed.why}; {len(held)} request(s) passed on", style="yellow"))
+                log.info("console %s; releasing %d request(s)", closed.why, len(held))
                 for offer in held:
                     await self._release(offer)
                 return
@@ -256,7 +288,11 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
         assert self._reader is not None
         self.console.print(Text(prompt, style="bold"), end="")
         self.console.file.flush()
-        raw = await self._reader.readline()
+        try:
+            raw = await self._reader.readline()
+        except Exception as exc:  # noqa: BLE001 - an input that fails is an input that ended
+            self.console.print()
+            raise _InputClosed(f"input unreadable ({type(exc).__name__}: {exc})") from exc
         if not raw:
             self.console.print()
             raise _InputClosed
@@ -286,6 +322,67 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
 
     def _say_retracted(self, offer: Offer, retraction: Retraction) -> None:
         self._say(Text(f"✗ {_headers(offer)}: retracted — {retraction.reason}", style="yellow"))
+
+
+_STDIN_HELP = (
+    "Nobody can type answers here: run it in a terminal (docker: `docker run -it`),"
+    " give it a pipe or a file of answers, or run another answerer (e.g. `askq worker auto`)"
+)
+
+
+def _stdin_problem() -> str | None:
+    """Why standard input cannot be where a person types answers, or None if it can:
+    a terminal, a pipe or socket, or a regular file of answers."""
+    if sys.stdin is None:  # fd 0 was closed when Python started
+        return "standard input is closed"
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError):  # closed since; or not backed by a file descriptor
+        return "standard input is closed"
+    if sys.stdin.isatty() or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISREG(mode):
+        return None
+    if stat.S_ISCHR(mode) and _is_devnull(sys.stdin.fileno()):
+        return "standard input is /dev/null"
+    return "standard input is not a terminal, a pipe or a file"
+
+
+def _is_devnull(fd: int) -> bool:
+    try:
+        return os.fstat(fd).st_rdev == os.stat(os.devnull).st_rdev
+    except OSError:
+        return False
+
+
+def _loop_can_watch(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
+    """Whether the event loop can wait for `fd` to be readable (epoll refuses regular
+    files and devices such as /dev/null; some loops watch nothing but sockets)."""
+    try:
+        loop.add_reader(fd, lambda: None)
+    except (OSError, ValueError, NotImplementedError):
+        return False
+    loop.remove_reader(fd)
+    return True
+
+
+def _pump(loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader) -> None:
+    """Feed standard input to `reader`, line by line, from a thread. A read that fails
+    reaches the reader as its exception, so the console treats it as the input's end."""
+
+    def feed(step: Callable[..., None], *args: Any) -> bool:
+        try:
+            loop.call_soon_threadsafe(step, *args)
+        except RuntimeError:  # the loop closed: the worker is exiting
+            return False
+        return True
+
+    try:
+        for line in sys.stdin.buffer:
+            if not feed(reader.feed_data, line):
+                return
+    except Exception as exc:  # noqa: BLE001 - EIO, EISDIR, ...: no more input either way
+        feed(reader.set_exception, exc)
+        return
+    feed(reader.feed_eof)
 
 
 def _headers(offer: Offer) -> str:

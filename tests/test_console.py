@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import io
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -286,6 +287,29 @@ async def test_input_closed_passes_claims_on(desk: Desk) -> None:
     with pytest.raises(AskError) as later:
         await asyncio.wait_for(desk.ask(CONFIRM, turn="t3"), 5)
     assert later.value.code is ErrorCode.NO_ANSWERER  # declined from now on
+
+
+async def test_input_that_fails_passes_claims_on(desk: Desk) -> None:
+    """A read that fails (EIO of a terminal that hung up, ...) is the input's end too,
+    not a dead UI task holding its claims."""
+    asked = desk.ask(CONFIRM)
+    await desk.until(PROMPT)
+    desk.reader.set_exception(OSError(errno.EIO, "Input/output error"))
+    await desk.until("input unreadable (OSError: [Errno 5] Input/output error); 1 request(s)")
+    with pytest.raises(AskError) as err:
+        await asyncio.wait_for(asked, 5)
+    assert err.value.code is ErrorCode.NO_ANSWERER
+    with pytest.raises(AskError) as later:
+        await asyncio.wait_for(desk.ask(CONFIRM, turn="t2"), 5)
+    assert later.value.code is ErrorCode.NO_ANSWERER
+
+
+async def test_input_already_ended_claims_nothing(desk: Desk) -> None:
+    desk.reader.feed_eof()  # e.g. `true | askq worker console`, or answers used up
+    with pytest.raises(AskError) as err:
+        await asyncio.wait_for(desk.ask(CONFIRM), 5)
+    assert err.value.code is ErrorCode.NO_ANSWERER
+    assert "[Confirm]" not in desk.text  # declined, never claimed and shown
 
 
 async def test_default_by_is_the_login(monkeypatch: pytest.MonkeyPatch) -> None:

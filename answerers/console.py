@@ -45,6 +45,13 @@ from worker import (
 log = logging.getLogger("askq.console")
 
 OTHER = "Other…"
+# Stopping waits at most this long (seconds) for Redis to take back what the console
+# holds, so a stop ends promptly with Redis unreachable; what it did not take back stays
+# the replica's pending entries, which another replica or the sweeper recovers.
+RELEASE_WITHIN = 2.0
+# After the input ended, how often (seconds) a release Redis refused is tried again: the
+# worker lives on, and nobody would ever recover a claim a live replica holds.
+RELEASE_RETRY = 1.0
 
 
 class ConsoleOptions(AnswererOptions):
@@ -84,7 +91,9 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
         self._current: Offer | None = None
         self._prompt: asyncio.Task[list[dict[str, Any]]] | None = None
         self._withdrawn = False  # the request on screen was retracted
-        self._closed = False  # input ended: nobody answers here any more
+        self._closed = False  # input ended or stopping: nobody answers here any more
+        self._unreleased: list[Offer] = []  # being given back, or Redis did not take them
+        self._line_open = False  # a prompt waits on the last line of the screen
         self._ui: asyncio.Task[None] | None = None
         self._transport: asyncio.BaseTransport | None = None
 
@@ -106,10 +115,16 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
         self._ui = asyncio.create_task(self._ui_loop(), name="askq-console-ui")
 
     async def stop(self) -> None:
+        """Give back what this console showed, as when its input ends: a replica that
+        stops leaves nobody to answer its claims here (unlike a Slack replica's, whose
+        messages any replica can take the click for)."""
+        self._closed = True  # decline whatever is still offered meanwhile
+        held = self._take_held()  # before the UI task's cleanup forgets what is on screen
         if self._ui is not None:
             self._ui.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ui
+        await self._pass_on(held, "stopping")
         if self._transport is not None:
             self._transport.close()
 
@@ -153,11 +168,53 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
         reader = self._reader
         return reader is not None and (reader.at_eof() or reader.exception() is not None)
 
-    async def _release(self, offer: Offer) -> None:
+    async def _release(self, offer: Offer) -> bool:
+        """Give one claim back; False when Redis did not take it back."""
         try:
             await self.group.release(offer.request_id)
+        except AskError as exc:
+            if exc.code in FINAL_REFUSALS:
+                return True  # settled or gone meanwhile: not ours either way
+            log.warning("could not release %s: %s", offer.request_id, exc)
+            return False
         except Exception:  # noqa: BLE001 - the others still get released
             log.exception("could not release %s", offer.request_id)
+            return False
+        return True
+
+    async def _release_all(self, offers: list[Offer]) -> list[Offer]:
+        """Give back every claim of `offers` at once, waiting at most RELEASE_WITHIN;
+        returns those Redis did not take back."""
+        if not offers:
+            return []
+        tasks = {asyncio.create_task(self._release(offer)): offer for offer in offers}
+        done, pending = await asyncio.wait(tasks, timeout=RELEASE_WITHIN)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return [offer for task, offer in tasks.items() if task not in done or not task.result()]
+
+    def _take_held(self) -> list[Offer]:
+        """What this console holds, no longer its to show: the request on screen (unless
+        retracted), the queue, and what it is still giving back."""
+        current = self._current
+        on_screen = [current] if current is not None and not self._withdrawn else []
+        held = [*self._unreleased, *on_screen, *self._queue.values()]
+        self._queue.clear()
+        return list({offer.request_id: offer for offer in held}.values())
+
+    async def _pass_on(self, held: list[Offer], why: str) -> None:
+        """Give `held` back and say so. Until Redis confirms, they stay `_unreleased`,
+        so a stop that interrupts this gives them back itself."""
+        if not held:
+            return
+        log.info("console %s; releasing %d request(s)", why, len(held))
+        self._unreleased = held
+        self._unreleased = left = await self._release_all(held)
+        message = f"{why}; {len(held) - len(left)} request(s) passed on"
+        if left:
+            message += f", {len(left)} could not be (Redis unreachable?)"
+        self._say(Text(message, style="red" if left else "yellow"))
 
     async def present(self, offer: Offer) -> None:
         if self._closed:  # a claim recovered after the input closed
@@ -201,12 +258,10 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
                 # Nobody can answer here any more: give every claim back so the waterfall
                 # moves on, and decline what comes next.
                 self._closed = True
-                held = [self._current, *self._queue.values()]
-                self._queue.clear()
-                self._say(Text(f"{closed.why}; {len(held)} request(s) passed on", style="yellow"))
-                log.info("console %s; releasing %d request(s)", closed.why, len(held))
-                for offer in held:
-                    await self._release(offer)
+                await self._pass_on(self._take_held(), closed.why)
+                while self._unreleased:
+                    await asyncio.sleep(RELEASE_RETRY)
+                    self._unreleased = await self._release_all(self._unreleased)
                 return
             finally:
                 self._current = None
@@ -288,19 +343,22 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
         assert self._reader is not None
         self.console.print(Text(prompt, style="bold"), end="")
         self.console.file.flush()
+        self._line_open = True
         try:
             raw = await self._reader.readline()
         except Exception as exc:  # noqa: BLE001 - an input that fails is an input that ended
-            self.console.print()
             raise _InputClosed(f"input unreadable ({type(exc).__name__}: {exc})") from exc
         if not raw:
-            self.console.print()
             raise _InputClosed
+        self._line_open = False  # the line the person typed ended it
         return raw.decode(errors="replace").rstrip("\r\n")
 
     # --- output ----------------------------------------------------------------------
 
     def _say(self, text: Text) -> None:
+        if self._line_open:  # the prompt was cut short (end of input, retracted, stopping)
+            self._line_open = False
+            self.console.print()
         self.console.print(text, highlight=False)
 
     def _intro(self, offer: Offer) -> None:

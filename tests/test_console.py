@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from conftest import running
 from rich.console import Console
 
 from answerers.console import ConsoleAnswerer, ConsoleOptions
@@ -310,6 +311,92 @@ async def test_input_already_ended_claims_nothing(desk: Desk) -> None:
         await asyncio.wait_for(desk.ask(CONFIRM), 5)
     assert err.value.code is ErrorCode.NO_ANSWERER
     assert "[Confirm]" not in desk.text  # declined, never claimed and shown
+
+
+def _console(reader: asyncio.StreamReader, out: io.StringIO) -> ConsoleAnswerer:
+    console = Console(file=out, width=120, force_terminal=False)
+    return ConsoleAnswerer(ConsoleOptions(by="console:alice"), input=reader, console=console)
+
+
+async def _until(out: io.StringIO, needle: str, timeout: float = 5.0) -> None:
+    try:
+        async with asyncio.timeout(timeout):
+            while needle not in out.getvalue():
+                await asyncio.sleep(0.005)
+    except TimeoutError:
+        pytest.fail(f"never saw {needle!r} in:\n{out.getvalue()}")
+
+
+async def test_stopping_gives_back_what_it_showed(seam: Seam) -> None:
+    """Ctrl-C of a console: the request on screen and the queued one move on to the next
+    tier at once, not CLAIMED until ASKQ_ORPHAN_CLAIM_AFTER."""
+    out, reader, later = io.StringIO(), asyncio.StreamReader(), MemoryAnswerer()
+    asks: list[asyncio.Task[Answers]] = []
+    async with running(seam, later, "later", priority=10):
+        async with running(seam, _console(reader, out), "console") as runtime:
+            for turn in ("t1", "t2"):
+                ask = seam.ask([CONFIRM], Caller(agent_id="a", turn_id=turn))
+                asks.append(asyncio.create_task(ask))
+            await _until(out, PROMPT)
+            while len(runtime.presented) < 2:
+                await asyncio.sleep(0.005)
+        assert "stopping; 2 request(s) passed on" in out.getvalue()
+        moved = {(await later.next_presented(2)).request_id for _ in asks}
+        assert len(moved) == 2
+        for request_id in moved:
+            await later.answer(request_id, [{"id": "deploy", "selected": ["No"]}], by="later")
+        for ask in asks:
+            assert (await asyncio.wait_for(ask, 5)).answers[0].selected == ["No"]
+
+
+async def _never(request_id: str) -> bool:
+    await asyncio.Event().wait()  # Redis that does not answer
+    return False
+
+
+async def test_stopping_is_bounded_when_redis_does_not_answer(
+    seam: Seam, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("answerers.console.RELEASE_WITHIN", 0.3, raising=False)
+    out, reader = io.StringIO(), asyncio.StreamReader()
+    answerer = _console(reader, out)
+    async with running(seam, answerer, "console"):
+        asked = asyncio.create_task(seam.ask([CONFIRM], Caller(agent_id="a", turn_id="t")))
+        await _until(out, PROMPT)
+        monkeypatch.setattr(answerer.group, "release", _never)
+        started = asyncio.get_running_loop().time()
+    assert asyncio.get_running_loop().time() - started < 2
+    assert "stopping; 0 request(s) passed on, 1 could not be (Redis unreachable?)" in out.getvalue()
+    asked.cancel()
+    with contextlib.suppress(asyncio.CancelledError, AskError):
+        await asked
+
+
+async def test_release_refused_after_end_of_input_is_tried_again(
+    seam: Seam, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker lives on after its input ended: a claim it failed to give back would
+    wait on a live replica nobody sees, so it keeps trying."""
+    monkeypatch.setattr("answerers.console.RELEASE_RETRY", 0.05, raising=False)
+    out, reader = io.StringIO(), asyncio.StreamReader()
+    answerer = _console(reader, out)
+    async with running(seam, answerer, "console"):
+        asked = asyncio.create_task(seam.ask([CONFIRM], Caller(agent_id="a", turn_id="t")))
+        await _until(out, PROMPT)
+        release, failures = answerer.group.release, [1]
+
+        async def flaky(request_id: str) -> bool:
+            if failures:
+                failures.pop()
+                raise AskError(ErrorCode.REDIS_UNAVAILABLE, "cannot reach Redis")
+            return await release(request_id)
+
+        monkeypatch.setattr(answerer.group, "release", flaky)
+        reader.feed_eof()
+        with pytest.raises(AskError) as err:
+            await asyncio.wait_for(asked, 5)
+        assert err.value.code is ErrorCode.NO_ANSWERER
+    assert "input closed; 0 request(s) passed on, 1 could not be" in out.getvalue()
 
 
 async def test_default_by_is_the_login(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -98,6 +99,25 @@ async def test_console_reads_answers_from_a_file(backend: Backend, tmp_path: Pat
         async with _stopped_at_exit(proc):
             await _ready(proc)
             assert (await asyncio.wait_for(_ask(seam), 10)).to_json() == NO_JSON
+
+
+async def test_ctrl_c_gives_back_what_the_console_showed(backend: Backend) -> None:
+    """SIGINT (Ctrl-C) with a question on screen: the asker is not left CLAIMED until
+    ASKQ_ORPHAN_CLAIM_AFTER; with no tier after the console's it fails at once."""
+    async with backend.seam() as seam:
+        proc = await _exec(backend, *ASKQ, "worker", "console", stdin=PIPE)
+        async with _stopped_at_exit(proc):
+            await _ready(proc)
+            asked = asyncio.create_task(_ask(seam))
+            assert proc.stdout is not None
+            await asyncio.wait_for(proc.stdout.readuntil(b"choose 1-3 > "), 10)  # claimed, shown
+            proc.send_signal(signal.SIGINT)
+            with pytest.raises(AskError) as err:
+                await asyncio.wait_for(asked, 3)
+            assert err.value.code is ErrorCode.NO_ANSWERER
+            out, _ = await asyncio.wait_for(proc.communicate(), 10)
+            assert proc.returncode == 0
+            assert "stopping; 1 request(s) passed on" in out.decode()
 
 
 async def _ready(proc: asyncio.subprocess.Process) -> None:

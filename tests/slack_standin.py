@@ -44,6 +44,7 @@ LIMITS = {
     "value": 2000,
     "option_value": 150,
     "blocks": 50,
+    "modal_blocks": 100,
 }
 
 
@@ -62,16 +63,18 @@ class Failure:
     retry_after: int | None = None
 
 
-def block_problems(blocks: list[dict[str, Any]]) -> list[str]:
-    """What Slack would refuse in a message's blocks."""
+def block_problems(blocks: list[dict[str, Any]], most: str = "blocks") -> list[str]:
+    """What Slack would refuse in a message's blocks (a modal's: `most="modal_blocks"`)."""
     problems: list[str] = []
 
     def over(what: str, text: str, limit: str) -> None:
         if len(text) > LIMITS[limit]:
             problems.append(f"{what}: {len(text)} > {LIMITS[limit]}")
+        if limit in ("header", "section", "context") and not text:
+            problems.append(f"{what}: empty")  # Slack wants at least one character
 
-    if len(blocks) > LIMITS["blocks"]:
-        problems.append(f"{len(blocks)} blocks > {LIMITS['blocks']}")
+    if len(blocks) > LIMITS[most]:
+        problems.append(f"{len(blocks)} blocks > {LIMITS[most]}")
     block_ids = [b["block_id"] for b in blocks if "block_id" in b]
     if len(block_ids) != len(set(block_ids)):
         problems.append("duplicate block_id")
@@ -245,7 +248,9 @@ class SlackStandIn:
         call = Call(method, args, token)
         status, headers = 200, {}
         expected = APP_TOKEN if method == "apps.connections.open" else BOT_TOKEN
-        blocks = args.get("blocks") or (args.get("view") or {}).get("blocks")
+        view_blocks = (args.get("view") or {}).get("blocks")
+        blocks = args.get("blocks") or view_blocks
+        most = "modal_blocks" if view_blocks and not args.get("blocks") else "blocks"
         if token != expected:
             call.response = {"ok": False, "error": "invalid_auth"}
         elif self._failures.get(method):
@@ -254,7 +259,7 @@ class SlackStandIn:
             if failure.retry_after:
                 headers["Retry-After"] = str(failure.retry_after)
             call.response = {"ok": False, "error": failure.error}
-        elif blocks and (problems := block_problems(blocks)):
+        elif blocks and (problems := block_problems(blocks, most)):
             call.response = {"ok": False, "error": "invalid_blocks", "errors": problems}
         else:
             call.response = self._answer(method, args)

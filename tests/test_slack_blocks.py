@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 from slack_standin import block_problems
 
 from answerers.slack import Outcome, final_message, question_message
-from answerers.slack._blocks import custom_modal, mrkdwn
+from answerers.slack._blocks import custom_modal, fallback_text, final_text, mrkdwn
 from answerers.slack._clicks import build_answers
 from answerers.slack._interactions import (
     BlockActions,
@@ -48,8 +49,49 @@ def longest(index: int, multi: bool) -> Question:
     )
 
 
+def worst(index: int, multi: bool) -> Question:
+    """A question at every askq limit, all of it `&`: five times as long escaped."""
+    return question(
+        id=f"q{index}",
+        header="&" * 40,
+        question="&" * 2000,
+        multiSelect=multi,
+        options=[{"label": f"{n}" + "&" * 119, "description": "&" * 500} for n in range(10)],
+    )
+
+
+HOSTILE = question(
+    header="<!channel> & go",
+    question="<!here> <@U123> read <http://evil.example|click> & answer",
+    options=[
+        {"label": "<@U123> yes & <!channel>", "description": "<http://evil.example|click> &"},
+        {"label": "no"},
+    ],
+)
+AGENT_MARKUP = ("<!", "<@U123>", "<http")
+# An `&` that does not start a whole escape: a text cut inside one.
+BROKEN_ESCAPE = re.compile(r"&(?!amp;|lt;|gt;)")
+
+
+def escaped(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def kinds(blocks: list[dict[str, Any]]) -> list[str]:
     return [b["type"] for b in blocks]
+
+
+def sections(blocks: list[dict[str, Any]]) -> list[str]:
+    return [b["text"]["text"] for b in blocks if b["type"] == "section"]
+
+
+def mrkdwn_texts(blocks: list[dict[str, Any]]) -> list[str]:
+    """Every text of the blocks Slack reads as mrkdwn (sections, context)."""
+    texts = sections(blocks)
+    for block in blocks:
+        if block["type"] == "context":
+            texts += [e["text"] for e in block["elements"] if e["type"] == "mrkdwn"]
+    return texts
 
 
 def test_one_single_select_question_is_buttons() -> None:
@@ -108,6 +150,54 @@ def test_texts_at_askq_limits_fit_slack_limits(multi: bool) -> None:
         questions, Outcome("ANSWERED", by="x", user="U1", answers=answers), CALLER
     )
     assert block_problems(final) == []
+
+
+def test_agent_text_is_escaped_in_every_mrkdwn_text() -> None:
+    caller = Caller(agent_id="<!here>", turn_id="<@U123>")
+    for blocks in (
+        question_message(RID, [HOSTILE, question(id="n", options=[])], caller),
+        question_message(RID, [HOSTILE], caller),
+        final_message(
+            [HOSTILE],
+            Outcome(
+                "ANSWERED",
+                user="U1",
+                answers=(Answer(id="cleanup", selected=[HOSTILE.labels[0]], custom="<!here>"),),
+            ),
+            caller,
+        ),
+        final_message([HOSTILE], Outcome("ANSWERED", by="console:<!channel>"), caller),
+        custom_modal(HOSTILE, {"r": RID, "q": 0}, submits_answer=True)["blocks"],
+    ):
+        for text in mrkdwn_texts(blocks):
+            assert not any(markup in text for markup in AGENT_MARKUP), text
+    # and the messages' top-level texts: the notification, what a screen reader says
+    for text in (
+        fallback_text([HOSTILE]),
+        final_text([HOSTILE], Outcome("ANSWERED", user="U1")),
+        final_text([HOSTILE], Outcome("ANSWERED", by="console:<!channel>")),
+        final_text([HOSTILE], Outcome("CANCELLED", code="ABORTED")),
+    ):
+        assert not any(markup in text for markup in AGENT_MARKUP), text
+    shown = "".join(sections(question_message(RID, [HOSTILE], caller)))
+    assert escaped(HOSTILE.question) in shown and escaped(HOSTILE.labels[0]) in shown
+
+
+def test_the_top_level_texts_are_escaped_and_keep_askqs_own_mention() -> None:
+    text = fallback_text([HOSTILE, question(id="n")])
+    assert text == (
+        "&lt;!channel&gt; &amp; go: &lt;!here&gt; &lt;@U123&gt; read"
+        " &lt;http://evil.example|click&gt; &amp; answer (+1 more)"
+    )
+    answered = final_text([HOSTILE], Outcome("ANSWERED", user="UALICE"))
+    assert answered.startswith("✅ *Answered* by <@UALICE> — &lt;!channel&gt; &amp; go: ")
+    elsewhere = final_text([HOSTILE], Outcome("ANSWERED", by="console:<!channel>"))
+    assert elsewhere.startswith("✅ *Answered elsewhere* by console:&lt;!channel&gt; — ")
+    for long in (
+        fallback_text([worst(0, False)]),
+        final_text([worst(0, False)], Outcome("OFFERED")),
+    ):
+        assert len(long) <= 300 and long.endswith("&amp;…") and not BROKEN_ESCAPE.search(long)
 
 
 def test_mrkdwn_escapes_and_never_cuts_an_escape() -> None:

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -28,6 +28,7 @@ from slack_standin import (
 
 from answerers.memory import MemoryAnswerer
 from answerers.slack import SlackAnswerer
+from answerers.slack._interactions import SlackUser
 from worker import Answers, AskError, Caller, ErrorCode, Seam
 
 __all__ = ["standin"]  # the fixture, imported so pytest finds it
@@ -56,6 +57,24 @@ REGION: dict[str, Any] = {
     ],
 }
 NAME: dict[str, Any] = {"id": "name", "header": "Name", "question": "What is the project called?"}
+# Agent text that would ping the channel, mention someone and hide a link, were it not
+# escaped: in a header, a question, a label, a description, the caller's ids.
+HOSTILE: dict[str, Any] = {
+    "id": "deploy",
+    "header": "<!channel> & go",
+    "question": "<!here> <@U123> read <http://evil.example|click> & answer",
+    "options": [
+        {"label": "<@U123> yes & <!channel>", "description": "<http://evil.example|click> &"},
+        {"label": "<!here> no"},
+    ],
+}
+HOSTILE_FREE: dict[str, Any] = {
+    "id": "why",
+    "header": "<@U123> why",
+    "question": "<!channel> explain & <http://evil.example|click>",
+}
+HOSTILE_CALLER = Caller(agent_id="agent-<!here>", turn_id="turn-<@U123>")
+AGENT_MARKUP = ("<!", "<@U123>", "<http")
 
 
 @contextlib.asynccontextmanager
@@ -95,6 +114,30 @@ async def answered(task: asyncio.Task[Answers]) -> str:
 
 def dumped(call: dict[str, Any]) -> str:
     return json.dumps(call["blocks"], ensure_ascii=False)
+
+
+def mrkdwn_texts(value: Any) -> Iterator[str]:
+    """Every text of a recorded call's arguments that Slack reads as mrkdwn: the
+    top-level `text` (notification, screen reader, ephemeral) and each mrkdwn text
+    object in its blocks or its view's."""
+    if isinstance(value, dict):
+        if isinstance(value.get("text"), str) and value.get("type", "mrkdwn") == "mrkdwn":
+            yield value["text"]
+        for inner in value.values():
+            yield from mrkdwn_texts(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from mrkdwn_texts(inner)
+
+
+def agent_markup(standin: SlackStandIn) -> list[str]:
+    """The mrkdwn texts of every Slack call that carry agent markup unescaped."""
+    return [
+        text
+        for call in standin.calls
+        for text in mrkdwn_texts(call.args)
+        if any(markup in text for markup in AGENT_MARKUP)
+    ]
 
 
 async def test_a_click_answers_and_the_caller_gets_the_exact_json(
@@ -526,3 +569,73 @@ async def test_escalated_question_is_marked_and_a_late_click_changes_nothing(
         assert await answered(task) == NO_JSON
         settlement = await seam.settlement(message.request_id)
         assert settlement is not None and settlement.by == "memory"
+
+
+async def test_agent_text_reaches_slack_only_escaped(
+    backend: Backend, seam: Seam, standin: SlackStandIn
+) -> None:
+    """Every text Slack reads as mrkdwn (the message and its update, their top-level
+    `text`, the modal, the ephemerals) shows agent text escaped: it cannot ping the
+    channel, mention anyone or hide a link. askq's own `<@user>` stays a mention."""
+    async with slack_worker(backend, standin) as slack:
+        task = asking(seam, [HOSTILE, HOSTILE_FREE], caller=HOSTILE_CALLER)
+        message = await standin.message()
+        post = standin.calls_to("chat.postMessage")[0]
+        assert post["text"].startswith("&lt;!channel&gt; &amp; go: &lt;!here&gt; &lt;@U123&gt;")
+        await click(slack, block_actions(message, ALICE, "askq.submit"))  # too early
+        await click(slack, block_actions(message, ALICE, "askq.other", question=1))
+        view = (await standin.wait_for("views.open"))[0]["view"]
+        await click(slack, view_submission(view, ALICE, "<!channel> mine & <@U123>"))
+        await standin.wait_for("chat.postEphemeral", 2)
+        await click(slack, block_actions(message, ALICE, "askq.radio", question=0, selected=[0]))
+        await standin.settle(0.2)
+        await click(slack, block_actions(message, ALICE, "askq.submit"))
+        assert await answered(task) == (
+            '{"answers":[{"id":"deploy","selected":["<@U123> yes & <!channel>"]},'
+            '{"id":"why","selected":[],"custom":"<!channel> mine & <@U123>"}]}'
+        )
+        update = (await standin.wait_for("chat.update"))[0]
+    assert agent_markup(standin) == []
+    assert update["text"].startswith("✅ *Answered* by <@UALICE> — &lt;!channel&gt; &amp; go")
+    assert "✅ *Answered* by <@UALICE>" in dumped(update)
+    assert "*&lt;@U123&gt; yes &amp; &lt;!channel&gt;*" in dumped(update)
+    assert "“&lt;!channel&gt; mine &amp; &lt;@U123&gt;”" in dumped(update)
+    assert "Agent `agent-&lt;!here&gt;` asks" in dumped(post)
+    everything = json.dumps([c.args for c in standin.calls], ensure_ascii=False)
+    assert "&amp;lt;" not in everything and "&amp;amp;" not in everything  # escaped once
+
+
+async def test_please_answer_first_names_the_headers_escaped(
+    backend: Backend, seam: Seam, standin: SlackStandIn
+) -> None:
+    async with slack_worker(backend, standin) as slack:
+        task = asking(seam, [HOSTILE, NAME])
+        message = await standin.message()
+        await click(slack, block_actions(message, ALICE, "askq.submit"))
+        ephemeral = (await standin.wait_for("chat.postEphemeral"))[0]
+        assert ephemeral["text"] == "Please answer first: &lt;!channel&gt; &amp; go, Name"
+        task.cancel()
+
+
+async def test_an_answer_not_accepted_is_told_with_agent_text_escaped(
+    backend: Backend, seam: Seam, standin: SlackStandIn
+) -> None:
+    """The refusal repeats what it refused, which quotes the agent's labels."""
+    other = {**NAME, "options": [{"label": "<!channel> & <@U123> yes"}, {"label": "b"}]}
+    async with slack_worker(backend, standin) as slack:
+        task = asking(seam, [HOSTILE, other])
+        message = await standin.message()
+        request = (await seam.request_info(message.request_id)).request
+        # each question answered with a label of the other: not one of its options
+        answers = [
+            {"id": "deploy", "selected": ["<!channel> & <@U123> yes"]},
+            {"id": "name", "selected": ["<!here> no"]},
+        ]
+        await slack.clicks.submit(request, SlackUser("UALICE", "alice"), message.channel, answers)
+        ephemeral = (await standin.wait_for("chat.postEphemeral"))[0]
+        assert ephemeral["text"].startswith("Your answer was not accepted: ")
+        assert "&lt;!channel&gt; &amp; &lt;@U123&gt; yes" in ephemeral["text"]
+        assert "&lt;!here&gt; no" in ephemeral["text"]
+        assert agent_markup(standin) == []
+        assert not task.done()  # nothing recorded
+        task.cancel()

@@ -1,8 +1,9 @@
 """Block Kit rendering: the question message, its final state, the "Other…" modal.
 
-Every text is cut to Slack's limit for its place (a longer one makes Slack refuse the
-whole message with `invalid_blocks`), and mrkdwn text is escaped so an agent's text
-cannot mention `<!channel>` or forge links.
+Agent text in mrkdwn (sections, context, the top-level `text` of the message) is
+escaped (`_mrkdwn`), so it cannot `<!channel>`, mention anyone or hide a link. Every
+text is cut to Slack's limit for its place (a longer one makes Slack refuse the whole
+message with `invalid_blocks`), never inside an escape.
 
 One question, single-select: a button per option, a click answers. Anything else (a
 multi-select, several questions): checkboxes / radio buttons and one Submit, so the
@@ -19,6 +20,7 @@ from typing import Any
 from worker import RECOMMENDED_SUFFIX, Answer, Caller, Question
 
 from . import _ids as ids
+from ._mrkdwn import cut_escaped, escape, mrkdwn
 
 HEADER_MAX = 150
 SECTION_MAX = 3000
@@ -31,29 +33,15 @@ MODAL_BUTTON_MAX = 24
 INPUT_MAX = 3000  # plain_text_input max_length; askq allows 4,000, Slack 3,000
 FALLBACK_MAX = 300  # the notification text; Slack allows more, a notification shows less
 MAX_BLOCKS = 50
+BY_MAX = 500  # another channel's attribution, as the final message repeats it
 
 Block = dict[str, Any]
-_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
 def cut(text: str, limit: int) -> str:
-    """At most `limit` characters; a cut text ends with an ellipsis."""
+    """Plain text (not escaped: plain_text is shown as is) in at most `limit`
+    characters; a cut text ends with an ellipsis."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def mrkdwn(text: str, limit: int) -> str:
-    """Escaped for mrkdwn and cut to `limit` without splitting an escape."""
-    out: list[str] = []
-    size = 0
-    for char in text:
-        piece = _ESCAPES.get(char, char)
-        if size + len(piece) > limit:
-            while size + 1 > limit:  # make room for the ellipsis
-                size -= len(out.pop())
-            return "".join(out) + "…"
-        out.append(piece)
-        size += len(piece)
-    return "".join(out)
 
 
 def plain(text: str, limit: int) -> dict[str, Any]:
@@ -93,7 +81,7 @@ def _option_list(question: Question) -> str:
         if option.description:
             line += f" — {mrkdwn(option.description, 1000)}"
         lines.append(line)
-    return cut("\n".join(lines), SECTION_MAX)
+    return cut_escaped("\n".join(lines), SECTION_MAX)
 
 
 def _other_button(question: Question) -> Block:
@@ -156,14 +144,20 @@ def _intro(question: Question, index: int, total: int) -> list[Block]:
 
 
 def _asked_by(caller: Caller) -> Block:
-    text = f"Agent `{mrkdwn(caller.agent_id, 200)}` asks · turn `{mrkdwn(caller.turn_id, 200)}`"
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": cut(text, CONTEXT_MAX)}]}
+    # Ids run to 200 characters, 1,000 escaped: both fit a context whole.
+    text = f"Agent `{escape(caller.agent_id)}` asks · turn `{escape(caller.turn_id)}`"
+    return {
+        "type": "context",
+        "elements": [{"type": "mrkdwn", "text": cut_escaped(text, CONTEXT_MAX)}],
+    }
 
 
 def fallback_text(questions: list[Question]) -> str:
+    """The message's top-level `text`: the notification, what a screen reader says."""
     first = questions[0]
     more = f" (+{len(questions) - 1} more)" if len(questions) > 1 else ""
-    return cut(f"{first.header}: {first.question}{more}", FALLBACK_MAX)
+    text = f"{escape(first.header)}: {escape(first.question)}"
+    return cut_escaped(text, FALLBACK_MAX - len(more)) + more
 
 
 def question_message(request_id: str, questions: list[Question], caller: Caller) -> list[Block]:
@@ -207,9 +201,9 @@ class Outcome:
 
     def headline(self) -> str:
         if self.state == "ANSWERED":
-            if self.user:
-                return f"✅ *Answered* by <@{self.user}>"
-            by = f" by {mrkdwn(self.by, 500)}" if self.by else ""
+            if self.user:  # askq's own mention of who answered here
+                return f"✅ *Answered* by <@{escape(self.user)}>"
+            by = f" by {mrkdwn(self.by, BY_MAX)}" if self.by else ""
             return f"✅ *Answered elsewhere*{by}"
         if self.state == "CANCELLED":
             turn = " (turn aborted)" if self.code == "ABORTED" else ""
@@ -244,7 +238,7 @@ def _answer_text(answer: Answer) -> str:
     parts = [f"*{mrkdwn(label, 400)}*" for label in answer.selected]
     if answer.custom is not None:
         parts.append(f"“{mrkdwn(answer.custom, SECTION_MAX)}”")
-    return cut("→ " + (", ".join(parts) or "(nothing selected)"), SECTION_MAX)
+    return cut_escaped("→ " + (", ".join(parts) or "(nothing selected)"), SECTION_MAX)
 
 
 def final_message(questions: list[Question], outcome: Outcome, caller: Caller) -> list[Block]:
@@ -260,7 +254,9 @@ def final_message(questions: list[Question], outcome: Outcome, caller: Caller) -
 
 
 def final_text(questions: list[Question], outcome: Outcome) -> str:
-    return cut(f"{outcome.headline()} — {fallback_text(questions)}", FALLBACK_MAX)
+    """The updated message's top-level `text`; its headline comes first, so a cut never
+    reaches askq's own `<@user>`."""
+    return cut_escaped(f"{outcome.headline()} — {fallback_text(questions)}", FALLBACK_MAX)
 
 
 def custom_modal(

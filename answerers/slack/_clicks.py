@@ -18,6 +18,7 @@ from worker import FINAL_REFUSALS, AskError, AskRequest, ErrorCode, GroupHandle,
 from . import _blocks as blocks
 from ._api import call
 from ._interactions import Action, BlockActions, CustomSubmitted, Interaction, SlackUser
+from ._mrkdwn import mrkdwn
 from ._routes import Routes
 from ._state import Picks, SlackStore
 
@@ -48,12 +49,23 @@ def build_answers(
     return answers, missing
 
 
+# An ephemeral's text is mrkdwn: what it repeats of an error message (which quotes
+# labels, ids, another channel's `by`) or of the questions is escaped, and bounded.
+ERROR_SHOWN_MAX = 1000
+HEADER_SHOWN_MAX = 200  # a header's 40 characters, escaped
+
+
 def _refusal_text(exc: AskError) -> str:
     if exc.code is ErrorCode.ALREADY_SETTLED:
-        return f"Already answered — this question is {exc.message}. Nothing was recorded."
+        detail = mrkdwn(exc.message, ERROR_SHOWN_MAX)
+        return f"Already answered — this question is {detail}. Nothing was recorded."
     if exc.code is ErrorCode.NOT_CLAIMED:
         return "Already answered elsewhere (or passed on): nothing was recorded."
     return "This question has expired: nothing was recorded."
+
+
+def _missing_text(headers: list[str]) -> str:
+    return "Please answer first: " + ", ".join(mrkdwn(h, HEADER_SHOWN_MAX) for h in headers)
 
 
 class ClickHandler:
@@ -138,7 +150,7 @@ class ClickHandler:
                     picks.chosen[question] = chosen
             answers, missing = build_answers(questions, picks)
             if missing:
-                await self.ephemeral(channel, user, "Please answer first: " + ", ".join(missing))
+                await self.ephemeral(channel, user, _missing_text(missing))
                 return
             await self.submit(request, user, channel, answers)
 
@@ -172,11 +184,9 @@ class ClickHandler:
             await self.submit(request, user, channel, answers)
             return
         await self.store.write_custom(request.id, user.id, submitted.question, text)
-        note = (
-            f"Noted your answer to *{blocks.mrkdwn(question.header, 100)}*."
-            if text
-            else f"Cleared your answer to *{blocks.mrkdwn(question.header, 100)}*."
-        )
+        header = mrkdwn(question.header, HEADER_SHOWN_MAX)
+        done = "Noted" if text else "Cleared"
+        note = f"{done} your answer to *{header}*."
         await self.ephemeral(channel, user, note + " Press Submit to send all answers.")
 
     async def submit(
@@ -192,7 +202,7 @@ class ClickHandler:
             if exc.code in FINAL_REFUSALS:
                 text = _refusal_text(exc)
             elif exc.code is ErrorCode.INVALID_REQUEST:
-                text = f"Your answer was not accepted: {exc.message}"
+                text = f"Your answer was not accepted: {mrkdwn(exc.message, ERROR_SHOWN_MAX)}"
             else:
                 text = f"Could not record your answer ({exc.code.value}); please try again."
             log.info("Slack answer to %s by %s refused: %s", request.id, user.id, exc)

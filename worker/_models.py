@@ -9,12 +9,16 @@ violation can name its exact path, e.g. `questions[1].options[2].label`.
 from __future__ import annotations
 
 import json
+import math
+import re
+from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ._errors import AskError, ErrorCode
+from ._text import problems_message, quoted, utf8_problem
 
 # Documented limits (README, "Limits"). They keep a question readable on every channel
 # (a Slack section block holds 3,000 characters) and a request small in Redis.
@@ -26,6 +30,9 @@ MAX_QUESTION = 2000
 MAX_LABEL = 120
 MAX_DESCRIPTION = 500
 MAX_CUSTOM = 4000
+MAX_SCOPE = 32  # routing labels per request
+MAX_SCOPE_KEY = 64
+MAX_SCOPE_VALUE = 200
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 RECOMMENDED_SUFFIX = " (Recommended)"
 
@@ -90,8 +97,9 @@ class AskInput(_Strict):
 
 
 class Answer(_Strict):
-    id: str
-    selected: list[str] = Field(default_factory=list)
+    # Bounded like the questions they answer, so a bad answer is refused in a few words.
+    id: str = Field(min_length=1, max_length=MAX_ID)
+    selected: list[str] = Field(default_factory=list, max_length=MAX_OPTIONS)
     custom: str | None = Field(default=None, max_length=MAX_CUSTOM)
 
 
@@ -122,13 +130,16 @@ class Caller(_Strict):
 
 
 class AskRequest(_Strict):
-    """A validated ask as it travels through Redis (the `payload` of the request)."""
+    """A validated ask as it travels through Redis (the `payload` of the request).
+    `idempotency`: the SHA-256 of the caller's idempotency key, if it gave one (the
+    request's index key, `Keys.idem`)."""
 
     id: str
     questions: list[Question]
     scope: dict[str, str] = Field(default_factory=dict)
     caller: Caller
     created_ms: int
+    idempotency: str | None = None
 
 
 SettlementState = Literal["ANSWERED", "FAILED", "CANCELLED"]
@@ -185,6 +196,78 @@ class Retraction(_Strict):
         return "escalated to another answerer"
 
 
+REQUEST_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_TIMEOUT = 366 * 86400  # seconds: a year; no timeout at all is the default
+
+
+def check_request_id(request_id: Any) -> str:
+    """A request id from outside (a channel's click, a CLI argument), checked before
+    it becomes part of a Redis key."""
+    if not isinstance(request_id, str) or not REQUEST_ID_PATTERN.fullmatch(request_id):
+        shown = quoted(request_id) if isinstance(request_id, str) else type(request_id).__name__
+        raise AskError(ErrorCode.INVALID_REQUEST, f"request id {shown}: not a request id")
+    return request_id
+
+
+def check_text(value: Any, what: str, max_length: int) -> str:
+    """An identifier the caller gives (a turn id, an idempotency key): 1-`max_length`
+    characters of valid Unicode text, else INVALID_REQUEST naming `what`."""
+    if not isinstance(value, str):
+        raise AskError(
+            ErrorCode.INVALID_REQUEST, f"{what}: must be text, not {type(value).__name__}"
+        )
+    if not 0 < len(value) <= max_length:
+        raise AskError(
+            ErrorCode.INVALID_REQUEST, f"{what}: 1-{max_length} characters, not {len(value):,}"
+        )
+    if (why := utf8_problem(value)) is not None:
+        raise AskError(ErrorCode.INVALID_REQUEST, f"{what}: {why}")
+    return value
+
+
+def duration_ms(
+    seconds: Any,
+    what: str,
+    *,
+    code: ErrorCode = ErrorCode.INVALID_REQUEST,
+    maximum: float = MAX_TIMEOUT,
+) -> int:
+    """Seconds as whole milliseconds for Redis, rounded up: 0.0004 s is 1 ms, never
+    0 (which the scripts read as "none"). `0` stays 0. Refuses what is not a number,
+    negative, not finite or above `maximum`, naming `what`."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise AskError(code, f"{what}: must be a number of seconds, not {type(seconds).__name__}")
+    if not 0 <= seconds <= maximum:  # also NaN and infinity
+        raise AskError(code, f"{what}: must be between 0 and {maximum:,.0f} seconds, not {seconds}")
+    return math.ceil(seconds * 1000)
+
+
+SCOPE_KEY_PATTERN = re.compile(rf"^[A-Za-z0-9_.:-]{{1,{MAX_SCOPE_KEY}}}$")
+
+
+def parse_scope(scope: Mapping[str, Any] | None) -> dict[str, str]:
+    """A request's routing labels, checked: at most 32, keys like ids (a selector is
+    `key=pattern`), values up to 200 characters of text; values are made strings."""
+    items = list((scope or {}).items())
+    problems: list[str] = []
+    if len(items) > MAX_SCOPE:
+        problems.append(f"scope: at most {MAX_SCOPE} labels, not {len(items):,}")
+        items = items[:MAX_SCOPE]
+    out: dict[str, str] = {}
+    for key, raw in items:
+        name, value = str(key), str(raw)
+        where = f"scope[{quoted(name, 40)}]"
+        if not SCOPE_KEY_PATTERN.fullmatch(name):
+            problems.append(f"{where}: a key is 1-{MAX_SCOPE_KEY} letters, digits, '_.:-'")
+        elif len(value) > MAX_SCOPE_VALUE:
+            problems.append(f"{where}: at most {MAX_SCOPE_VALUE} characters")
+        elif (why := utf8_problem(value)) is not None:
+            problems.append(f"{where}: {why}")
+        out[name] = value
+    _raise_invalid(problems)
+    return out
+
+
 def scope_matches(selector: dict[str, str], scope: dict[str, str]) -> bool:
     """A group's scope selector accepts a request when every selector key is in the
     request's scope with a matching value (shell-style patterns: `acme-*`)."""
@@ -197,16 +280,30 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")
+
+
 def _path(loc: tuple[int | str, ...]) -> str:
+    """`questions[1].options[2].label`. A key that is not a plain name (it came from
+    the input: an unknown key of any size or content) is quoted, escaped and cut."""
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+            continue
+        name = part if _NAME.fullmatch(part) else quoted(part, 40)
+        out += f".{name}" if out else name
     return out or "input"
+
+
+def validation_problems(exc: ValidationError) -> list[str]:
+    """pydantic's errors as `path: message`, one per problem."""
+    return [f"{_path(e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)]
 
 
 def _raise_invalid(problems: list[str]) -> None:
     if problems:
-        raise AskError(ErrorCode.INVALID_REQUEST, "; ".join(problems))
+        raise AskError(ErrorCode.INVALID_REQUEST, problems_message(problems))
 
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -217,8 +314,11 @@ def _validate(model: type[ModelT], raw: Any) -> ModelT:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        problems = [f"{_path(e['loc'])}: {e['msg']}" for e in exc.errors()]
-        raise AskError(ErrorCode.INVALID_REQUEST, "; ".join(problems)) from None
+        raise AskError(
+            ErrorCode.INVALID_REQUEST, problems_message(validation_problems(exc))
+        ) from None
+    except RecursionError:  # input nested deeper than the interpreter's stack
+        raise AskError(ErrorCode.INVALID_REQUEST, "input: nested too deeply") from None
 
 
 def parse_input(args: Any) -> AskInput:
@@ -226,19 +326,23 @@ def parse_input(args: Any) -> AskInput:
     if isinstance(args, (str, bytes)):
         try:
             args = json.loads(args)
-        except ValueError as exc:
+        except ValueError as exc:  # also bytes that are not UTF-8
             raise AskError(ErrorCode.INVALID_REQUEST, f"input: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise AskError(ErrorCode.INVALID_REQUEST, "input: JSON nested too deeply") from None
     parsed = _validate(AskInput, args)
     problems: list[str] = []
     seen_ids: set[str] = set()
     for qi, q in enumerate(parsed.questions):
         if q.id in seen_ids:
-            problems.append(f'questions[{qi}].id: duplicate id "{q.id}"')
+            problems.append(f"questions[{qi}].id: duplicate id {quoted(q.id)}")
         seen_ids.add(q.id)
         seen_labels: set[str] = set()
         for oi, label in enumerate(q.labels):
             if label in seen_labels:
-                problems.append(f'questions[{qi}].options[{oi}].label: duplicate label "{label}"')
+                problems.append(
+                    f"questions[{qi}].options[{oi}].label: duplicate label {quoted(label)}"
+                )
             seen_labels.add(label)
     _raise_invalid(problems)
     return parsed
@@ -270,20 +374,20 @@ def parse_answers(questions: list[Question], raw: Any) -> Answers:
     by_id: dict[str, Answer] = {}
     for ai, a in enumerate(answers.answers):
         if a.id in by_id:
-            problems.append(f'answers[{ai}].id: question "{a.id}" answered twice')
+            problems.append(f"answers[{ai}].id: question {quoted(a.id)} answered twice")
         elif a.id not in {q.id for q in questions}:
-            problems.append(f'answers[{ai}].id: no question with id "{a.id}"')
+            problems.append(f"answers[{ai}].id: no question with id {quoted(a.id)}")
         by_id.setdefault(a.id, a)
     for q in questions:
         given = by_id.get(q.id)
-        where = f'answer to "{q.id}"'
+        where = f"answer to {quoted(q.id)}"
         if given is None:
             problems.append(f"{where}: missing")
             continue
         labels = set(q.labels)
         for label in given.selected:
             if label not in labels:
-                problems.append(f'{where}.selected: no option labelled "{label}"')
+                problems.append(f"{where}.selected: no option labelled {quoted(label)}")
         if len(set(given.selected)) != len(given.selected):
             problems.append(f"{where}.selected: a label is selected twice")
         custom = given.custom.strip() if given.custom is not None else ""

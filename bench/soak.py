@@ -44,7 +44,6 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from worker import AskError, Caller, ErrorCode, Seam, Settings, Settlement
-from worker._seam import _idempotent_id
 
 from . import _procs
 from ._common import QUESTION, fmt_s, key_pattern
@@ -117,6 +116,9 @@ class Slot:
 class Tally:
     outcomes: dict[int, str] = field(default_factory=dict)  # i -> ANSWERED / code
     stored: dict[int, Settlement | None] = field(default_factory=dict)  # its reply key
+    # i -> its request id, read from the idempotency index once the ask returned ("":
+    # no request, or the index expired before it was read)
+    ids: dict[int, str] = field(default_factory=dict)
     worker_kills: int = 0
     same_name_restarts: int = 0
     sweeper_kills: int = 0
@@ -234,8 +236,11 @@ async def ask_all(run: Run, seam: Seam, kinds: list[str], tally: Tally) -> None:
                     tally.outcomes[i] = exc.code.value
                     break
             await asyncio.sleep(0.1)  # asked again with the same key: reattaches
-        # The stored settlement, read now: with a short ASKQ_SETTLED_TTL it is soon gone.
-        tally.stored[i] = await seam.settlement(_idempotent_id(key))
+        # The request and its settlement, read now: with a short ASKQ_SETTLED_TTL they
+        # are soon gone.
+        request_id = await seam.idempotent_request(key)
+        tally.ids[i] = request_id or ""
+        tally.stored[i] = await seam.settlement(request_id) if request_id else None
 
     async def caller_loop() -> None:
         for i in left:
@@ -294,7 +299,7 @@ async def soak(run: Run) -> int:
                     chaos.cancel()
                 asked_for = time.monotonic() - ready
                 keys = seam.keys
-            ids = [_idempotent_id(f"soak-{i}") for i in range(run.n)]
+            ids = [tally.ids.get(i, "") for i in range(run.n)]
             events = await settlement_events(r, keys.events)
             unsettled = set(await r.zrange(keys.pending, 0, -1))
             settled = [tally.stored.get(i) for i in range(run.n)]
@@ -305,14 +310,17 @@ async def soak(run: Run) -> int:
                 for i in range(run.n)
                 if tally.outcomes.get(i) == "ABORTED" and events[ids[i]] == 0
             }
+            # An outcome whose request id could no longer be read (its index expired
+            # first) cannot be checked against the events: counted below as unread.
+            unknown = {i for i in range(run.n) if i in tally.outcomes and not ids[i]}
             lost = [
                 i
                 for i in range(run.n)
                 if i not in tally.outcomes
                 or ids[i] in unsettled
-                or (events[ids[i]] == 0 and i not in refused)
+                or (events[ids[i]] == 0 and i not in refused and i not in unknown)
             ]
-            twice = sum(1 for i in ids if events[i] > 1)
+            twice = sum(1 for i in ids if i and events[i] > 1)
             differ = unread = 0
             answered_by: Counter[str] = Counter()
             failed: Counter[str] = Counter()

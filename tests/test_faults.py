@@ -37,7 +37,6 @@ from conftest import ROOT, SEED, YES, YES_JSON, running
 from answerers.memory import MemoryAnswerer
 from bench._redis_server import RedisServer, redis_server_binary
 from worker import AskError, Caller, ErrorCode, Seam, Settings
-from worker._seam import _idempotent_id
 
 pytestmark = pytest.mark.real
 
@@ -403,7 +402,9 @@ async def test_redis_killed_and_restarted_under_load(
     assert blocked, "no ask was blocked across the restart"
 
     async with seam_on(server) as seam:
-        ids = [_idempotent_id(o["key"]) for o in outcomes]
+        found = [await seam.idempotent_request(o["key"]) for o in outcomes]
+        ids = [request_id for request_id in found if request_id is not None]
+        assert len(ids) == n, "an idempotency key lost its request"
         events = await assert_settled_once(seam, ids)
         assert {state for i in ids for state in events[i] if state in TERMINAL} == {"ANSWERED"}
         answered = Counter(line[1] for w in workers for line in w.lines("answered"))

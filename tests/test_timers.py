@@ -73,7 +73,7 @@ async def test_free_text_default_needs_a_default(seam: Seam) -> None:
         await seam.ask(free, caller(), timeout=1, on_timeout="default")
     with pytest.raises(AskError, match="on_timeout"):
         await seam.ask(SEED, caller(), timeout=1, on_timeout="later")  # type: ignore[arg-type]
-    with pytest.raises(AskError, match="timeout must be > 0"):
+    with pytest.raises(AskError, match="timeout: must be > 0"):
         await seam.ask(SEED, caller(), timeout=0)
 
 

@@ -9,7 +9,9 @@ busy it waits for one instead of opening another.
 
 from __future__ import annotations
 
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 import hiredis
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
@@ -24,10 +26,27 @@ from ._settings import Settings
 CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 
 
+_PASSWORD_QUERY = re.compile(r"((?:^|&)password=)[^&]*")
+
+
+class NotConnected(RedisConnectionError):
+    """The connection could not be made (refused, timed out, AUTH or SELECT failed):
+    no command was sent on it. Any other connection error may come after a command
+    reached the server, so whether that command ran is unknown."""
+
+
 class _HiredisPacking:
     """Commands packed by hiredis (C), not redis-py's Python packer, which encodes and
     joins argument by argument: packing the scripts' ~30 keys and arguments took a
-    third of a busy caller's CPU."""
+    third of a busy caller's CPU. Also marks a failure to connect as `NotConnected`."""
+
+    async def connect(self) -> None:
+        try:
+            await super().connect()  # type: ignore[misc]
+        except NotConnected:
+            raise
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise NotConnected(str(exc)) from exc
 
     def pack_command(self, *args: Any) -> list[bytes]:
         # As redis-py does: a command name with spaces ("CLIENT SETNAME") is several
@@ -95,7 +114,30 @@ def blocking_client(source: Redis | None, settings: Settings, name: str | None =
     return Redis(connection_pool=pool)
 
 
-def unavailable(settings: Settings, exc: BaseException) -> AskError:
-    return AskError(
-        ErrorCode.REDIS_UNAVAILABLE, f"cannot reach Redis at {settings.redis_url}: {exc}"
+def redacted(url: str) -> str:
+    """The URL with its password (and any `password=` query value) replaced by `***`:
+    what every message, log line and status output shows of a Redis URL. Userinfo
+    without a colon may be a bare password (`redis://secret@host`), so it goes too."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<a Redis URL that cannot be parsed>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:***@{host}" if colon else f"***@{host}"
+    query = _PASSWORD_QUERY.sub(r"\1***", parts.query)
+    return (
+        f"{parts.scheme}://{netloc}{parts.path}"
+        + (f"?{query}" if query else "")
+        + (f"#{parts.fragment}" if parts.fragment else "")
     )
+
+
+def unavailable(settings: Settings, exc: BaseException) -> AskError:
+    error = AskError(
+        ErrorCode.REDIS_UNAVAILABLE, f"cannot reach Redis at {redacted(settings.redis_url)}: {exc}"
+    )
+    error.__cause__ = exc  # whether the command was sent (NotConnected) or may have run
+    return error

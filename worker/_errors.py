@@ -42,6 +42,16 @@ EXIT_STATUS: dict[ErrorCode, int] = {
 }
 
 
+ABORTED_MESSAGE = (
+    "The user aborted this turn, so the question was withdrawn. Stop here and wait for"
+    " the user's next message."
+)
+TIMED_OUT_MESSAGE = (
+    "Nobody answered this question in time. Continue with your best judgement, or report"
+    " the open question in your final result."
+)
+
+
 class AskError(Exception):
     """The root exception of askq. `code` says what happened; the message is written
     for the model (and the human behind it) to read."""

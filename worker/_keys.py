@@ -9,6 +9,7 @@ touch any of them atomically (as bullmq does with `bull:{queue}:`).
 | {p}:req:<id>               | hash   | one request: state, tier, offer, undecided/claimers |
 | {p}:payload:<id>           | string | its questions, scope and caller (JSON)              |
 | {p}:timeout:<id>           | string | the settlement its timeout writes (if it has one)   |
+| {p}:idem:<digest>          | string | idempotency key (SHA-256) -> its request id         |
 | {p}:reply:<id>             | string | its one settlement (JSON), written once, then expires |
 | {p}:inbox:<process>        | list   | ids settled for callers in that process (wake-ups)  |
 | {p}:pending                | zset   | unsettled request ids by creation time (status)     |
@@ -62,6 +63,14 @@ class Keys:
     def timeout_body(self, request_id: str) -> str:
         """The settlement the request's timeout writes, if it has one."""
         return f"{self.base}:timeout:{request_id}"
+
+    def idem(self, digest: str | None) -> str:
+        """The index of an idempotency key (its SHA-256): the id of the request asked
+        with it. Request ids are never reused, so nothing keyed by one (a replica's
+        cache, a channel's message record) can outlive its request; the index is what
+        lets an ask with the same key find the request. `{p}:idem:` (never written)
+        stands in for a request without one."""
+        return f"{self.base}:idem:{digest or ''}"
 
     def inbox(self, process_id: str) -> str:
         return f"{self.base}:inbox:{process_id}"

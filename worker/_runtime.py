@@ -100,7 +100,7 @@ class AnswererRuntime:
         setting); `escalate_after`: seconds a claim may go unanswered before the request
         moves on to the next tier; `remind_after`: seconds until the channel is asked
         to remind its humans (`Answerer.remind`). None: no escalation, no reminder."""
-        if not GROUP_NAME.match(group):
+        if not GROUP_NAME.fullmatch(group):
             raise AskError(
                 ErrorCode.CONFIG_ERROR,
                 f"group name {group!r}: use 1-64 letters, digits, '_', '.' or '-'",

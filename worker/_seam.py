@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
+import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
@@ -23,11 +31,12 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ResponseError
 
-from ._blocking import raise_if_cancelled
 from ._connections import CONNECTION_ERRORS, blocking_client, command_client, unavailable
-from ._errors import AskError, ErrorCode
+from ._errors import ABORTED_MESSAGE, TIMED_OUT_MESSAGE, AskError, ErrorCode
+from ._heartbeat import keep_beating
 from ._keys import Keys, split_groups
 from ._models import (
+    REQUEST_ID_PATTERN,
     TERMINAL,
     Answers,
     AskInput,
@@ -36,46 +45,28 @@ from ._models import (
     Offer,
     Question,
     Settlement,
+    check_request_id,
+    check_text,
     default_answers,
+    duration_ms,
     parse_answers,
     parse_input,
+    parse_scope,
 )
 from ._pipeline import ScriptPipeline
+from ._publish import AskKeys as _AskKeys
+from ._publish import Publish as _Publish
+from ._publish import idempotency_digest
 from ._scripts import source
 from ._settings import Settings
+from ._text import quoted
 from ._waiter import ReplyWaiter
 
-ABORTED_MESSAGE = (
-    "The user aborted this turn, so the question was withdrawn. Stop here and wait for"
-    " the user's next message."
-)
-TIMED_OUT_MESSAGE = (
-    "Nobody answered this question in time. Continue with your best judgement, or report"
-    " the open question in your final result."
-)
+log = logging.getLogger("askq.seam")
+
 INFO_CACHE = 8192
 
 OnTimeout = Literal["fail", "default"]
-
-TAKEN_OVER = Settlement(
-    state="CANCELLED",
-    code=ErrorCode.ABORTED,
-    message="Another call with the same idempotency key took over this question; its"
-    " answer goes to that call.",
-    by="idempotency key",
-).model_dump_json(exclude_none=True)
-
-
-def _idempotent_id(key: str) -> str:
-    return "i" + hashlib.sha256(key.encode()).hexdigest()[:31]
-
-
-def _fingerprint(request: AskRequest) -> str:
-    """What makes a repeated idempotent ask 'the same ask': its questions and scope."""
-    body = json.dumps(
-        [[q.model_dump(by_alias=True) for q in request.questions], request.scope], sort_keys=True
-    )
-    return hashlib.sha256(body.encode()).hexdigest()
 
 
 class AbortSignal(Protocol):
@@ -129,6 +120,11 @@ def _delegated(caller: Caller, owner: str) -> AskError:
         " questions and decisions in your final result, and the agent that owns you will"
         " take them to the user.",
     )
+
+
+async def _beat_later(name: str, beat: Callable[[], Awaitable[None]], period: float) -> None:
+    await asyncio.sleep(period)  # the first beat was written already
+    await keep_beating(name, beat, period)
 
 
 class Seam:
@@ -244,47 +240,50 @@ class Seam:
         request_id: str,
         extra: Sequence[str | int],
         *,
-        inbox: str | None = None,
-        turn_id: str | None = None,
-        owner: str | None = None,
-        prev_inbox: str | None = None,
+        ask: _AskKeys | None = None,
     ) -> list[str]:
-        """Run a per-request script (layout in lua/request.lua). Without `inbox` and
-        `turn_id`, the request's own are used; on STALE, the registry and the request's
-        facts are read again (a tier was added, or the request's caller moved)."""
+        """Run a per-request script (layout in lua/request.lua): with the request's own
+        inbox, turn and idempotency index, or for `ask`, those of the ask. On STALE, the
+        registry and the request's facts are read again (a tier was added, or the
+        request's caller moved) and it runs again."""
         k = self.keys
+        prev_inbox = ask.prev_inbox if ask is not None else None
         for attempt in range(5):
             with self.redis_errors():
                 tiers = await self.tier_streams(refresh=attempt > 0)
-                if inbox is None or turn_id is None:
+                if ask is None:
                     if attempt > 0:  # the request's caller may have moved (reattached)
                         self._infos.pop(request_id, None)
                     info = await self.request_info(request_id)
-                    req_inbox, req_turn = info.inbox, info.request.caller.turn_id
+                    inbox, turn = info.inbox, info.request.caller.turn_id
+                    idem, owner, agent = info.request.idempotency, "", ""
                 else:
-                    req_inbox, req_turn = inbox, turn_id
-            process = k.process_of(req_inbox)
+                    inbox, turn, idem = ask.inbox, ask.turn, ask.idem
+                    owner, agent = ask.owner, ask.agent
+            process = k.process_of(inbox)
             keys = [
                 k.request(request_id),
                 k.reply(request_id),
-                req_inbox,
-                k.turn(req_turn),
+                inbox,
+                k.turn(turn),
                 k.pending,
                 k.events,
                 k.groups,
                 k.live,
-                k.aborted(req_turn),
-                k.agent(owner or ""),
+                k.aborted(turn),
+                k.agent(owner),
                 k.group_info,
                 k.timers,
                 k.wake,
                 k.asked(process),
                 k.callers,
                 k.alive(process),
-                k.asked(k.process_of(prev_inbox or req_inbox)),
-                prev_inbox or req_inbox,
+                k.asked(k.process_of(prev_inbox or inbox)),
+                prev_inbox or inbox,
                 k.payload(request_id),
                 k.timeout_body(request_id),
+                k.idem(idem),
+                k.agent(agent),
                 *tiers,
             ]
             args = [
@@ -300,7 +299,7 @@ class Seam:
                 return result
             if prev_inbox is not None:  # an idempotent ask: read where it replies now
                 with self.redis_errors():
-                    prev_inbox = await self.redis.hget(k.request(request_id), "inbox") or req_inbox  # type: ignore[misc]
+                    prev_inbox = await self.redis.hget(k.request(request_id), "inbox") or inbox  # type: ignore[misc]
         raise AskError(ErrorCode.INTERNAL, "the answerer registry kept changing; try again")
 
     # --- the agent side -------------------------------------------------------------
@@ -325,78 +324,66 @@ class Seam:
         `idempotency_key` (e.g. the tool-call id): asking again with the same key while
         the request is pending waits on that same request; after it settled, returns
         its settlement (while it is kept) instead of asking the human again.
+
+        REDIS_UNAVAILABLE means the question was not published. When Redis stops
+        answering after the ask was sent (its reply lost), whether it was published is
+        unknown: the ask is sent again, idempotently, until Redis answers, so it never
+        fails while a human can still see the question.
         """
         request = self.build_request(questions, caller, scope, idempotency_key=idempotency_key)
+        timeout_ms = duration_ms(timeout, "timeout") if timeout is not None else 0
         timeout_body = self._timeout_settlement(request, timeout, on_timeout, default)
         if signal is not None and signal.is_set():
             raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
-        owner = caller.owner or self._agents.get(caller.agent_id)
-        inbox = self.keys.inbox(self.process_id)
-        future = self._waiter.expect(request.id)
-        self._keep_alive()
+        publish = _Publish(self, request, timeout_ms, timeout_body)
         try:
-            result = await self._run(
-                "ask",
-                request.id,
-                [
-                    request.model_dump_json(by_alias=True, exclude_defaults=True),
-                    caller.turn_id,
-                    caller.agent_id,
-                    "1" if owner else "0",
-                    self.process_id,
-                    int(self.settings.caller_ttl * 1000),
-                    int(timeout * 1000) if timeout is not None else 0,
-                    timeout_body,
-                    _fingerprint(request) if idempotency_key is not None else "",
-                    TAKEN_OVER,
-                ],
-                inbox=inbox,
-                turn_id=caller.turn_id,
-                owner=owner,
-                # An idempotent ask of a request that replies elsewhere comes back
-                # STALE; _run then reads where it replies and asks to reattach.
-                prev_inbox=inbox if idempotency_key is not None else None,
-            )
+            result = await publish.run(signal)
         except asyncio.CancelledError:
             # Cancelled while publishing: the request may be out there with nobody
             # waiting for it, so withdraw it (a no-op if it never got published).
-            self._waiter.forget(request.id)
-            await self._withdraw(request.id)
+            publish.forget()
+            await self._withdraw(publish.request_id)
             raise
         except BaseException:
-            self._waiter.forget(request.id)
+            publish.forget()
+            if publish.maybe_sent:  # it may be live, with nobody waiting for it now
+                await self._withdraw(publish.request_id)
             raise
+        request_id, future = publish.request_id, publish.future
         if result[0] == "SETTLED":
-            self._waiter.forget(request.id)
+            publish.forget()
             if not result[1]:
-                raise AskError(ErrorCode.NOT_FOUND, f"request {request.id!r} settled and expired")
+                raise AskError(ErrorCode.NOT_FOUND, f"request {request_id!r} settled and expired")
             return Settlement.model_validate_json(result[1]).result()
         if result[0] not in ("OFFERED", "ATTACHED"):
-            self._waiter.forget(request.id)
+            publish.forget()
             if result[0] == "ABORTED":
                 raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
             if result[0] == "DELEGATED_CALLER":
-                raise _delegated(caller, owner or "")
+                raise _delegated(caller, result[1])
             if result[0] == "NO_ANSWERER":
                 raise AskError(ErrorCode.NO_ANSWERER, result[1])
             if result[0] == "EXISTS":
                 raise AskError(
                     ErrorCode.INVALID_REQUEST,
-                    f"idempotency key {idempotency_key!r} was already used for other"
-                    " questions; use a new key for a new ask",
+                    f"idempotency key {quoted(idempotency_key or '')} was already used for"
+                    " other questions; use a new key for a new ask",
                 )
             raise AskError(ErrorCode.INTERNAL, f"unexpected reply to ask: {result}")
-        self.remember(RequestInfo(request=request, inbox=inbox))
-        self._waiter.published(request.id)
+        if request_id == request.id:
+            self.remember(RequestInfo(request=request, inbox=publish.inbox))
+        else:  # reattached to an earlier ask's request: its own facts are in Redis
+            self._infos.pop(request_id, None)
+        self._waiter.published(request_id)
         timer = None
         if timeout is not None:
             # The caller enforces its own timeout (the sweeper does too, for a caller
             # that is gone); firing is guarded, so only one of them does.
             timer = asyncio.get_running_loop().call_later(
-                timeout, lambda: self._spawn(self._time_out(request.id))
+                timeout, lambda: self._spawn(self._time_out(request_id, future))
             )
         try:
-            return (await self._wait(request.id, future, signal)).result()
+            return (await self._wait(request_id, future, signal)).result()
         finally:
             if timer is not None:
                 timer.cancel()
@@ -408,7 +395,9 @@ class Seam:
         if timeout is None:
             return ""
         if not timeout > 0:
-            raise AskError(ErrorCode.INVALID_REQUEST, f"timeout must be > 0 seconds, not {timeout}")
+            raise AskError(
+                ErrorCode.INVALID_REQUEST, f"timeout: must be > 0 seconds, not {timeout}"
+            )
         if on_timeout == "fail":
             body = Settlement(
                 state="CANCELLED", code=ErrorCode.TIMED_OUT, message=TIMED_OUT_MESSAGE, by="timeout"
@@ -425,11 +414,22 @@ class Seam:
             )
         return body.model_dump_json(exclude_none=True)
 
-    async def _time_out(self, request_id: str) -> None:
-        if (await self.fire(f"timeout|{request_id}"))[0] != "FIRED":
-            # Fired by someone else (its settlement is on its way), or the request is
-            # gone: either way this ask must end.
-            await self._waiter.recheck(self.redis, [request_id])
+    async def _time_out(self, request_id: str, future: asyncio.Future[Settlement]) -> None:
+        """The ask's own timeout: fire it (Redis unreachable: again, until it fires or
+        the ask ends), so timeouts hold without a sweeper, through an outage too."""
+        pause = 0.05
+        while not future.done():
+            try:
+                if (await self.fire(f"timeout|{request_id}"))[0] != "FIRED":
+                    # Fired by someone else (its settlement is on its way), or the
+                    # request is gone: either way this ask must end.
+                    await self._waiter.recheck(self.redis, [request_id])
+                return
+            except (AskError, *CONNECTION_ERRORS) as exc:
+                if isinstance(exc, AskError) and exc.code is not ErrorCode.REDIS_UNAVAILABLE:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -445,19 +445,17 @@ class Seam:
         key, ttl = self.keys.alive(self.process_id), self.settings.caller_ttl
 
         async def beat() -> None:
+            await self.redis.set(key, "1", px=duration_ms(ttl, "caller_ttl"))
+
+        async def run() -> None:
             while self._waiter.pending:
-                while self._waiter.pending:
-                    raise_if_cancelled()
-                    with contextlib.suppress(*CONNECTION_ERRORS):
-                        await self.redis.set(key, "1", px=int(ttl * 1000))
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._waiter.idle.wait(), ttl / 3)
+                await keep_beating("caller", beat, ttl / 3, stop=self._waiter.idle)
                 # Nothing left to wait on: leave no trace (the script keeps the keys if
                 # an ask got in meanwhile, and so does this loop).
                 with contextlib.suppress(*CONNECTION_ERRORS):
                     await self.forget_caller()
 
-        self._beating = asyncio.ensure_future(beat())
+        self._beating = asyncio.ensure_future(run())
 
     async def fire(self, timer: str) -> list[str]:
         """Fire a due timer (see lua/fire.lua); a timer fired already or made moot is
@@ -490,15 +488,20 @@ class Seam:
             parsed = parse_input({"questions": items})
         else:
             parsed = parse_input(questions)
-        scope_dict = {str(k): str(v) for k, v in (scope or {}).items()}
-        if idempotency_key is not None and not 0 < len(idempotency_key) <= 256:
-            raise AskError(ErrorCode.INVALID_REQUEST, "idempotency_key must be 1-256 characters")
+        scope_dict = parse_scope(scope)
+        digest = None
+        if idempotency_key is not None:
+            digest = idempotency_digest(check_text(idempotency_key, "idempotency_key", 256))
+        # A new id for every request, idempotent or not: nothing keyed by a request id
+        # (a replica's cache, a channel's record of its message) can then outlive the
+        # request and be taken for another one asked later with the same key.
         return AskRequest(
-            id=uuid.uuid4().hex if idempotency_key is None else _idempotent_id(idempotency_key),
+            id=uuid.uuid4().hex,
             questions=parsed.questions,
             scope=scope_dict,
             caller=caller,
             created_ms=int(time.time() * 1000),
+            idempotency=digest,
         )
 
     async def _wait(
@@ -513,8 +516,10 @@ class Seam:
                     fired.cancel()
                 if not future.done():
                     # The turn's signal fired: cancel, then take whichever settlement won
-                    # (an answer that landed first is still the answer).
-                    await self._withdraw(request_id, quiet=False)
+                    # (an answer that landed first is still the answer). Redis out of
+                    # reach: the withdrawal lands once it is back; the turn is over now.
+                    if not await self._withdraw(request_id):
+                        raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             if not future.done():
@@ -522,20 +527,33 @@ class Seam:
             raise
         finally:
             if not future.done():
-                self._waiter.forget(request_id)  # this process stops waiting for it
+                self._waiter.forget(request_id, future)  # this ask stops waiting for it
 
-    async def _withdraw(self, request_id: str, *, quiet: bool = True) -> None:
-        """The caller gives up on its ask (signal, cancelled task). Shielded, so the
-        withdrawal completes even while the caller's task is being cancelled; `quiet`
-        when the caller is leaving anyway and a failure has nobody to tell."""
-        withdrawal = asyncio.shield(
-            self.cancel(request_id, ErrorCode.ABORTED, ABORTED_MESSAGE, by="caller")
-        )
-        if not quiet:
-            await withdrawal
-            return
-        with contextlib.suppress(Exception):
-            await withdrawal
+    async def _withdraw(self, request_id: str) -> bool:
+        """The caller gives up on its ask (signal, cancelled task, or a publication it
+        could not confirm). Shielded, so it completes even while the caller's task is
+        being cancelled. True once Redis has it (or nothing was left to withdraw);
+        False when Redis is out of reach: it is then retried in the background until it
+        lands, so a question nobody waits for does not stay answerable."""
+        return await asyncio.shield(self._withdraw_once(request_id, retry_later=True))
+
+    async def _withdraw_once(self, request_id: str, *, retry_later: bool) -> bool:
+        try:
+            await self.cancel(request_id, ErrorCode.ABORTED, ABORTED_MESSAGE, by="caller")
+        except AskError as exc:
+            if exc.code is ErrorCode.REDIS_UNAVAILABLE:
+                if retry_later:
+                    self._spawn(self._withdraw_later(request_id))
+                return False
+            if exc.code is not ErrorCode.NOT_FOUND:  # NOT_FOUND: it was never published
+                log.warning("could not withdraw %s: %s", request_id, exc)
+        return True
+
+    async def _withdraw_later(self, request_id: str) -> None:
+        pause = 0.1
+        while not await self._withdraw_once(request_id, retry_later=False):
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 5.0)
 
     async def cancel(self, request_id: str, code: ErrorCode, message: str, *, by: str) -> bool:
         """Settle a pending request as CANCELLED; False if it had already settled."""
@@ -552,21 +570,22 @@ class Seam:
         callers are alive; an ask for the turn that comes later fails at once.
         """
         k = self.keys
+        check_text(turn_id, "turn", 200)
         body = Settlement(
             state="CANCELLED", code=ErrorCode.ABORTED, message=ABORTED_MESSAGE, by=by
         ).model_dump_json(exclude_none=True)
         for attempt in range(8):
             with self.redis_errors():
                 ids = sorted(await self.redis.smembers(k.turn(turn_id)))  # type: ignore[misc]
-                inboxes = []
+                rows = []
                 if ids:
                     async with self.redis.pipeline(transaction=False) as pipe:
                         for request_id in ids:
-                            pipe.hget(k.request(request_id), "inbox")
-                        inboxes = await pipe.execute()
+                            pipe.hmget(k.request(request_id), ["inbox", "idem"])
+                        rows = await pipe.execute()
                 tiers = await self.tier_streams(refresh=attempt > 0)
                 keys = [k.aborted(turn_id), k.turn(turn_id), k.pending, k.events, k.timers, *tiers]
-                for request_id, inbox in zip(ids, inboxes, strict=True):
+                for request_id, (inbox, idem) in zip(ids, rows, strict=True):
                     inbox = inbox or k.inbox("")
                     keys += [
                         k.request(request_id),
@@ -575,6 +594,7 @@ class Seam:
                         k.asked(k.process_of(inbox)),
                         k.payload(request_id),
                         k.timeout_body(request_id),
+                        idem or k.idem(None),
                     ]
                 args = [
                     k.tier_prefix,
@@ -589,7 +609,7 @@ class Seam:
                 result = await self.call("abort_turn", keys, args)
             if result[0] == "ABORTED":
                 return int(result[1])
-        raise AskError(ErrorCode.INTERNAL, f"turn {turn_id!r} kept changing while aborting")
+        raise AskError(ErrorCode.INTERNAL, f"turn {quoted(turn_id)} kept changing while aborting")
 
     @contextlib.asynccontextmanager
     async def agent(self, agent_id: str, owner: str | None = None) -> AsyncIterator[None]:
@@ -598,20 +618,20 @@ class Seam:
         A child whose owner is live gets DELEGATED_CALLER; once the owner's heartbeat
         lapses (its process is gone), a restored child runs as a root and may ask.
         """
+        check_text(agent_id, "agent", 200)
+        if owner is not None:
+            check_text(owner, "owner", 200)
         key = self.keys.agent(agent_id)
-        ttl_ms = int(self.settings.agent_ttl * 1000)
-        with self.redis_errors():
-            await self.redis.set(key, owner or "", px=ttl_ms)
-        self._agents[agent_id] = owner
+        ttl_ms = duration_ms(self.settings.agent_ttl, "agent_ttl")
 
         async def beat() -> None:
-            while True:
-                raise_if_cancelled()
-                await asyncio.sleep(self.settings.agent_ttl / 3)
-                with contextlib.suppress(*CONNECTION_ERRORS):
-                    await self.redis.set(key, owner or "", px=ttl_ms)
+            await self.redis.set(key, owner or "", px=ttl_ms)
 
-        task = asyncio.create_task(beat())
+        with self.redis_errors():
+            await beat()
+        self._agents[agent_id] = owner
+        period = self.settings.agent_ttl / 3
+        task = asyncio.create_task(_beat_later(f"agent {agent_id}", beat, period))
         try:
             yield
         finally:
@@ -631,6 +651,7 @@ class Seam:
 
     async def holds(self, request_id: str, group: str) -> bool:
         """Whether the request is pending with `group` among its claimers (one read)."""
+        check_request_id(request_id)
         with self.redis_errors():
             state, claimers = await self.redis.hmget(  # type: ignore[misc]
                 self.keys.request(request_id), ["state", "claimers"]
@@ -638,9 +659,12 @@ class Seam:
         return state is not None and state not in TERMINAL and group in split_groups(claimers)
 
     async def request_info(self, request_id: str) -> RequestInfo:
+        """The request's immutable facts: cached (request ids are never reused, so a
+        cached entry never describes another request), else read."""
         info = self._infos.get(request_id)
         if info is not None:
             return info
+        check_request_id(request_id)
         with self.redis_errors():
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.get(self.keys.payload(request_id))
@@ -734,16 +758,29 @@ class Seam:
     # --- reads ---------------------------------------------------------------------
 
     async def settlement(self, request_id: str) -> Settlement | None:
-        """The request's settlement, while its reply key lasts."""
+        """The request's settlement, while its reply key lasts (None for an id that
+        cannot be a request's)."""
+        if not REQUEST_ID_PATTERN.fullmatch(request_id):
+            return None
         with self.redis_errors():
             body = await self.redis.get(self.keys.reply(request_id))
         return None if body is None else Settlement.model_validate_json(body)
+
+    async def idempotent_request(self, key: str) -> str | None:
+        """The id of the request asked with idempotency key `key` (a tool-call id),
+        while the request is kept."""
+        digest = idempotency_digest(check_text(key, "idempotency_key", 256))
+        with self.redis_errors():
+            request_id: str | None = await self.redis.get(self.keys.idem(digest))
+        return request_id
 
     async def now_ms(self) -> int:
         seconds, micros = await self.redis.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
     async def request_status(self, request_id: str) -> RequestStatus | None:
+        if not REQUEST_ID_PATTERN.fullmatch(request_id):
+            return None  # no request has such an id
         with self.redis_errors():
             rows = await self._request_rows([request_id], await self.now_ms())
         return rows[0] if rows else None

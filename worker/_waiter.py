@@ -1,6 +1,8 @@
 """The reply waiter: one per process, however many asks are pending.
 
-Each pending ask is a future. A settlement script pushes `<request id> <settlement>`
+Each pending ask is a future of its own (asks waiting on the same request, an
+idempotent ask repeated, each get one, so one that gives up never ends another's
+wait). A settlement script pushes `<request id> <settlement>`
 onto the inbox list of the caller's process; this loop is the only reader of that
 inbox, on one dedicated connection, blocked in BLPOP, so a settlement wakes its caller
 at once and a pending ask costs no connection and no polling.
@@ -19,7 +21,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from ._blocking import BlockingLoop
-from ._errors import ErrorCode
+from ._errors import AskError, ErrorCode
 from ._models import Settlement
 
 DRAIN_BATCH = 512
@@ -31,6 +33,15 @@ LOST = Settlement(
     message="Redis lost this question (it restarted without its data), so nobody can"
     " answer it now. Ask again if it still matters.",
 ).model_dump_json(exclude_none=True)
+
+
+def closed_error() -> AskError:
+    """What an ask still waiting when its seam closes ends with."""
+    return AskError(
+        ErrorCode.ABORTED,
+        "This process stopped waiting for the answer (its askq client was closed), so the"
+        " question was withdrawn.",
+    )
 
 
 class ReplyWaiter:
@@ -46,7 +57,7 @@ class ReplyWaiter:
         self._reply_key = reply_key
         self._request_key = request_key
         self._block_seconds = block_seconds
-        self._futures: dict[str, asyncio.Future[Settlement]] = {}
+        self._futures: dict[str, list[asyncio.Future[Settlement]]] = {}
         self._published: set[str] = set()
         self.idle = asyncio.Event()  # set while no ask waits here
         self.idle.set()
@@ -57,14 +68,14 @@ class ReplyWaiter:
     def pending(self) -> int:
         return len(self._futures)
 
+    def pending_ids(self) -> list[str]:
+        return list(self._futures)
+
     def expect(self, request_id: str) -> asyncio.Future[Settlement]:
         """Register interest before the request is published, so no wake-up is missed.
-        Asks waiting on the same request (an idempotent ask repeated) share one future."""
-        future = self._futures.get(request_id)
-        if future is not None and not future.done():
-            return future
-        future = asyncio.get_running_loop().create_future()
-        self._futures[request_id] = future
+        Every ask gets its own future, even on a request another ask waits on."""
+        future: asyncio.Future[Settlement] = asyncio.get_running_loop().create_future()
+        self._futures.setdefault(request_id, []).append(future)
         self.idle.clear()
         if not self._loop.running:
             self._loop.start()
@@ -75,26 +86,35 @@ class ReplyWaiter:
         if request_id in self._futures:
             self._published.add(request_id)
 
-    def forget(self, request_id: str) -> None:
-        future = self._take(request_id)
-        if future is not None and not future.done():
+    def forget(self, request_id: str, future: asyncio.Future[Settlement]) -> None:
+        """This ask stops waiting; others waiting on the same request go on."""
+        waiting = self._futures.get(request_id, [])
+        if future in waiting:
+            waiting.remove(future)
+            if not waiting:
+                self._take(request_id)
+        if not future.done():
             future.cancel()
 
-    def _take(self, request_id: str) -> asyncio.Future[Settlement] | None:
+    def _take(self, request_id: str) -> list[asyncio.Future[Settlement]]:
         self._published.discard(request_id)
-        future = self._futures.pop(request_id, None)
+        futures = self._futures.pop(request_id, [])
         if not self._futures:
             self.idle.set()
-        return future
+        return futures
 
     def _deliver(self, request_id: str, body: str) -> None:
-        future = self._take(request_id)
-        if future is None or future.done():
+        futures = [f for f in self._take(request_id) if not f.done()]
+        if not futures:
             return  # settled for an ask this process gave up on, or a duplicate wake-up
         try:
-            future.set_result(Settlement.model_validate_json(body))
-        except ValueError as exc:  # a corrupt reply must fail its ask, not the loop
-            future.set_exception(exc)
+            settlement = Settlement.model_validate_json(body)
+        except ValueError as exc:  # a corrupt reply must fail its asks, not the loop
+            for future in futures:
+                future.set_exception(AskError(ErrorCode.INTERNAL, f"unreadable reply: {exc}"))
+            return
+        for future in futures:
+            future.set_result(settlement)
 
     async def _pop(self, conn: Redis) -> list[str]:
         """Block until the inbox has items, then take up to a batch in the same call
@@ -148,6 +168,10 @@ class ReplyWaiter:
                     self._deliver(request_id, LOST)
 
     async def aclose(self) -> None:
+        """Stop; an ask still waiting ends with `closed` (an AskError), not with a
+        cancellation its own task never asked for."""
         await self._loop.close()
         for request_id in list(self._futures):
-            self.forget(request_id)
+            for future in self._take(request_id):
+                if not future.done():
+                    future.set_exception(closed_error())

@@ -160,7 +160,7 @@ end
 
 -- The one settlement: reply written, caller woken, indexes and timers released,
 -- answerers told. k = {req, reply, inbox, turn, pending, events, timers, asked,
--- payload, timeout_body}
+-- payload, timeout_body, idem}
 local function settle(k, request_id, state, code, body, by)
   end_offer(k, request_id)
   drop_timer(k, 'timeout|' .. request_id)
@@ -169,6 +169,9 @@ local function settle(k, request_id, state, code, body, by)
     'settled_ms', now_ms(), 'undecided', '', 'claimers', '')
   redis.call('EXPIRE', k.req, settled_ttl)
   redis.call('EXPIRE', k.payload, settled_ttl)  -- a late answer is still validated
+  -- The idempotency index lasts as long as the request: the same key asked again
+  -- finds its settlement until both expire together, then asks anew.
+  redis.call('EXPIRE', k.idem, settled_ttl)
   redis.call('DEL', k.timeout_body)
   redis.call('SET', k.reply, body, 'EX', settled_ttl)
   redis.call('RPUSH', k.inbox, request_id .. ' ' .. body)

@@ -2,16 +2,20 @@
 -- The layout of every per-request script:
 -- KEYS: req, reply, inbox, turn, pending, events, groups, live, aborted, owner,
 --       group_info, timers, wake, asked, callers, alive, prev_asked, prev_inbox,
---       payload, timeout body, tier streams...
+--       payload, timeout body, idem, agent, tier streams...
 -- ARGV: tier_prefix, settled_ttl, events_maxlen, request_id, <script's own>...
 -- `asked` is the set of pending asks of the caller process whose inbox is `inbox`;
--- `alive` that process's heartbeat key.
+-- `alive` that process's heartbeat key; `idem` the request's idempotency index
+-- (`{p}:idem:`, never written, when it has none); `owner` and `agent` are the agent
+-- keys of the caller's owner and of the caller (ask.lua; placeholders elsewhere).
 
 local k = {req = KEYS[1], reply = KEYS[2], inbox = KEYS[3], turn = KEYS[4],
   pending = KEYS[5], events = KEYS[6], group_info = KEYS[11], timers = KEYS[12],
-  wake = KEYS[13], asked = KEYS[14], payload = KEYS[19], timeout_body = KEYS[20]}
+  wake = KEYS[13], asked = KEYS[14], payload = KEYS[19], timeout_body = KEYS[20],
+  idem = KEYS[21]}
 local GROUPS, LIVE, ABORTED, OWNER = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local CALLERS, ALIVE, PREV_ASKED, PREV_INBOX = KEYS[15], KEYS[16], KEYS[17], KEYS[18]
+local AGENT = KEYS[22]
 local request_id = ARGV[4]
 
 local function load()

@@ -9,6 +9,11 @@ into (/dev/null, as systemd and `docker run` without `-i` give; a closed one) st
 the worker at start-up with CONFIG_ERROR: a console must not claim questions nobody
 can see. When the input ends or cannot be read, and when the worker stops, the console
 gives back what it holds, so the waterfall moves on.
+
+Agent text is data: every string an agent supplied is shown through `visible` (control
+characters, escape sequences and bidi overrides written out as `\x1b`, `\u202e`), as
+`Text`, never as rich markup; only the question may span lines, and its continuation
+lines are indented under it, so no agent text can forge an option line.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from pydantic import Field
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.table import Table
 from rich.text import Text
 
 from worker import (
@@ -41,6 +47,7 @@ from worker import (
     Question,
     Retraction,
 )
+from worker._text import visible
 
 log = logging.getLogger("askq.console")
 
@@ -52,6 +59,9 @@ RELEASE_WITHIN = 2.0
 # After the input ended, how often (seconds) a release Redis refused is tried again: the
 # worker lives on, and nobody would ever recover a claim a live replica holds.
 RELEASE_RETRY = 1.0
+# The column where a question's text starts, at least: its continuation lines stand to
+# the right of the option numbers (`  1.`), so none can pass for an option.
+QUESTION_INDENT = 6
 
 
 class ConsoleOptions(AnswererOptions):
@@ -285,7 +295,7 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
             try:
                 await self.group.answer(offer.request_id, answers, by=self.by)
             except AskError as exc:
-                self._say(Text(f"✗ {_headers(offer)}: {exc.message}", style="red"))
+                self._say(Text(f"✗ {_headers(offer)}: {visible(exc.message)}", style="red"))
                 if exc.code in FINAL_REFUSALS:  # no longer ours: say so and move on
                     return
                 continue  # INVALID_REQUEST, Redis down: the person may answer again
@@ -355,31 +365,40 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
 
     # --- output ----------------------------------------------------------------------
 
-    def _say(self, text: Text) -> None:
+    def _say(self, text: RenderableType) -> None:
         if self._line_open:  # the prompt was cut short (end of input, retracted, stopping)
             self._line_open = False
             self.console.print()
         self.console.print(text, highlight=False)
 
     def _intro(self, offer: Offer) -> None:
-        caller = offer.caller
-        self._say(Text(f"\n? agent {caller.agent_id} asks (turn {caller.turn_id})", style="dim"))
+        agent, turn = visible(offer.caller.agent_id), visible(offer.caller.turn_id)
+        self._say(Text(f"\n? agent {agent} asks (turn {turn})", style="dim"))
 
     def _show(self, question: Question, index: int, total: int) -> None:
-        chip = Text(f"[{question.header}]", style="bold cyan")
-        count = f" ({index + 1}/{total})" if total > 1 else ""
-        self._say(Text.assemble(chip, count, " ", (question.question, "bold")))
-        if not question.options:
-            return
-        for number, option in enumerate(question.options, start=1):
-            line = Text(f"  {number}. {option.label}")
-            if option.description:
-                line.append(f" — {option.description}", style="dim")
-            self._say(line)
-        self._say(Text(f"  {len(question.options) + 1}. {OTHER}", style="italic"))
+        self._say(self._question(question, index, total))
+        if question.options:
+            self._say(_options(question))
+
+    def _question(self, question: Question, index: int, total: int) -> Table:
+        """`[Header] (1/2) Question text`, the text in a column of its own: its own
+        lines and wrapped ones continue indented under it, in its style, never at the
+        margin where option numbers stand."""
+        chip = Text.assemble((f"[{visible(question.header)}]", "bold cyan"))
+        if total > 1:
+            chip.append(f" ({index + 1}/{total})")
+        grid = Table.grid(padding=(0, 1))
+        # A header full of escapes must not squeeze the question into a sliver. Long
+        # words fold: the default ellipsis would hide the rest of the text.
+        widest = max(self.console.width // 3, 12)
+        grid.add_column(min_width=QUESTION_INDENT - 1, max_width=widest, overflow="fold")
+        grid.add_column(overflow="fold")
+        grid.add_row(chip, Text(visible(question.question, multiline=True), style="bold"))
+        return grid
 
     def _say_retracted(self, offer: Offer, retraction: Retraction) -> None:
-        self._say(Text(f"✗ {_headers(offer)}: retracted — {retraction.reason}", style="yellow"))
+        reason = visible(retraction.reason)
+        self._say(Text(f"✗ {_headers(offer)}: retracted — {reason}", style="yellow"))
 
 
 _STDIN_HELP = (
@@ -443,8 +462,23 @@ def _pump(loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader) -> None
     feed(reader.feed_eof)
 
 
+def _options(question: Question) -> Table:
+    """`  1. label — description` lines, numbers in a column of their own, so a long
+    label wraps under its own text rather than at the margin where numbers stand."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column(overflow="fold")  # not cut with an ellipsis: all of a label is seen
+    for number, option in enumerate(question.options, start=1):
+        line = Text(visible(option.label))
+        if option.description:
+            line.append(f" — {visible(option.description)}", style="dim")
+        grid.add_row(Text(f"  {number}."), line)
+    grid.add_row(Text(f"  {len(question.options) + 1}."), Text(OTHER, style="italic"))
+    return grid
+
+
 def _headers(offer: Offer) -> str:
-    return ", ".join(dict.fromkeys(q.header for q in offer.questions))
+    return ", ".join(dict.fromkeys(visible(q.header) for q in offer.questions))
 
 
 def _parse_numbers(line: str, other: int) -> list[int]:

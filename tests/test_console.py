@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import errno
 import io
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from rich.console import Console
 from answerers.console import ConsoleAnswerer, ConsoleOptions
 from answerers.memory import MemoryAnswerer
 from worker import AnswererRuntime, Answers, AskError, Caller, ErrorCode, Retraction, Seam
+from worker._text import visible
 
 CONFIRM = {
     "id": "deploy",
@@ -96,10 +98,15 @@ async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
 async def make_desk(seam: Seam) -> AsyncIterator[Callable[..., Awaitable[Desk]]]:
     desks: list[Desk] = []
 
-    async def make(answerer_cls: type[ConsoleAnswerer] = ConsoleAnswerer) -> Desk:
+    async def make(
+        answerer_cls: type[ConsoleAnswerer] = ConsoleAnswerer,
+        *,
+        terminal: bool = False,
+        width: int = 120,
+    ) -> Desk:
         reader = asyncio.StreamReader()
         out = io.StringIO()
-        console = Console(file=out, width=120, force_terminal=False)
+        console = Console(file=out, width=width, force_terminal=terminal)
         answerer = answerer_cls(ConsoleOptions(by="console:alice"), input=reader, console=console)
         runtime = AnswererRuntime(seam, answerer, group="console", priority=0)
         desk = Desk(seam, reader, out, runtime, [await runtime.start(timeout=5)])
@@ -397,6 +404,114 @@ async def test_release_refused_after_end_of_input_is_tried_again(
             await asyncio.wait_for(asked, 5)
         assert err.value.code is ErrorCode.NO_ANSWERER
     assert "input closed; 0 request(s) passed on, 1 could not be" in out.getvalue()
+
+
+# Agent text that would rewrite the screen if printed raw: on a terminal, option 1 would
+# read "1. No, keep it (Recommended)" and typing 1 would send "Yes, drop it".
+FORGED = "Yes, drop it\x1b[2K\x1b[1G  1. No, keep it (Recommended)"
+DECEPTIVE = {
+    "id": "drop",
+    "header": "[bold red]Drop[/]\x07",  # markup, and a BEL
+    "question": "Drop the \u202etable\u202c?\n  2. Yes, drop it\x1b]0;pwned\x07",  # bidi, title
+    "options": [
+        {"label": FORGED, "description": "ring\x07"},
+        {"label": "No, keep it\n  3. Yes, drop it", "description": ":warning: [link]"},
+    ],
+}
+# What rich itself writes on a terminal (styles); anything else escaping is agent text.
+RICH_STYLES = re.compile(r"\x1b\[[0-9;]*m")
+OPTION_LINE = re.compile(r"^ {0,3}(\d+)\. (.*)$")  # where option numbers stand
+
+
+def _option_lines(text: str) -> dict[int, str]:
+    found = [OPTION_LINE.match(line) for line in RICH_STYLES.sub("", text).splitlines()]
+    lines = [(int(m.group(1)), m.group(2)) for m in found if m]
+    assert [n for n, _ in lines] == [1, 2, 3], lines  # no forged option line
+    return dict(lines)
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "plain"])
+async def test_agent_text_is_shown_as_data(
+    make_desk: Callable[..., Awaitable[Desk]], terminal: bool
+) -> None:
+    desk = await make_desk(terminal=terminal)
+    asked = asyncio.create_task(
+        desk.seam.ask([DECEPTIVE], Caller(agent_id="agent\x1b[8m-7", turn_id="t\n1"))
+    )
+    desk.tasks.append(asked)
+    await desk.until(PROMPT)
+    offer = next(iter(desk.runtime.presented.values()))
+    await desk.runtime.answerer.remind(offer)
+    await desk.until("still waiting for your answer")
+    shown = RICH_STYLES.sub("", desk.text)
+    for raw in ("\x1b", "\x07", "\u202e", "\u202c"):
+        assert raw not in shown, f"{raw!r} reached the screen:\n{shown}"
+    options = _option_lines(desk.text)
+    assert options[1].startswith("Yes, drop it\\x1b[2K\\x1b[1G  1. No, keep it (Recommended)")
+    assert options[2].startswith("No, keep it\\n  3. Yes, drop it — :warning: [link]")
+    assert options[3].startswith("Other…")
+    assert "? agent agent\\x1b[8m-7 asks (turn t\\n1)" in shown
+    assert "[[bold red]Drop[/]\\x07] Drop the \\u202etable\\u202c?" in shown  # not markup
+    # The question's second line stands under its first, not where options stand.
+    assert "\n" + " " * len("[[bold red]Drop[/]\\x07] ") + "  2. Yes, drop it\\x1b]0;pwned" in shown
+    assert "⏰ [bold red]Drop[/]\\x07: still waiting" in shown
+
+
+async def test_typing_the_number_sends_the_label_shown_next_to_it(desk: Desk) -> None:
+    asked = desk.ask(DECEPTIVE)
+    await desk.type("1", prompts=1)
+    answers = await asyncio.wait_for(asked, 5)
+    assert answers.answers[0].selected == [FORGED]
+    assert _option_lines(desk.text)[1].startswith(visible(FORGED))
+
+
+async def test_who_answered_elsewhere_is_shown_as_data(desk: Desk) -> None:
+    other = MemoryAnswerer()
+    await desk.serve(other, "slack")
+    asked = desk.ask(CONFIRM)
+    await desk.until(PROMPT)
+    offer = await other.next_presented(5)
+    await other.answer(offer.request_id, [{"id": "deploy", "selected": ["No"]}], by="x\x1b[2Jy")
+    await asyncio.wait_for(asked, 5)
+    await desk.until("✗ Confirm: retracted — answered elsewhere by x\\x1b[2Jy")
+    assert "\x1b" not in desk.text
+
+
+async def test_wrapped_text_cannot_pass_for_an_option(
+    make_desk: Callable[..., Awaitable[Desk]],
+) -> None:
+    """No control characters needed: spaces that wrap a label onto the next line would
+    put its rest where option numbers stand."""
+    desk = await make_desk(width=40)
+    padded = "Yes, drop it" + " " * 40 + "1. No, keep it (Recommended)"
+    question = "Really drop it? " + "It cannot be undone. " * 2 + "2. Keep it"
+    desk.ask(
+        {
+            **DECEPTIVE,
+            "header": "Drop",
+            "question": question,
+            "options": [{"label": padded}, {"label": "No"}],
+        }
+    )
+    await desk.until(PROMPT)
+    options = _option_lines(desk.text)
+    assert options[1].startswith("Yes, drop it") and options[2].startswith("No")
+
+
+async def test_refusal_quoting_agent_text_is_shown_as_data(
+    make_desk: Callable[..., Awaitable[Desk]],
+) -> None:
+    desk = await make_desk(_Deaf)
+    other = MemoryAnswerer()
+    await desk.serve(other, "slack")
+    asked = desk.ask(CONFIRM)
+    await desk.until(PROMPT)
+    offer = await other.next_presented(5)
+    await other.answer(offer.request_id, [{"id": "deploy", "selected": ["No"]}], by="x\x1b[2Jy")
+    await asyncio.wait_for(asked, 5)
+    await desk.type("1", prompts=1)
+    await desk.until("✗ Confirm: already settled: answered by x\\x1b[2Jy")
+    assert "\x1b" not in desk.text
 
 
 async def test_default_by_is_the_login(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -94,6 +94,14 @@ def mrkdwn_texts(blocks: list[dict[str, Any]]) -> list[str]:
     return texts
 
 
+def listing(q: Question) -> str:
+    """The option list as the message shows it, escaped, in full."""
+    return "\n".join(
+        f"• *{escaped(o.label)}*" + (f" — {escaped(o.description)}" if o.description else "")
+        for o in q.options
+    )
+
+
 def test_one_single_select_question_is_buttons() -> None:
     blocks = question_message(RID, [question()], CALLER)
     assert kinds(blocks) == ["header", "section", "section", "actions", "context"]
@@ -139,17 +147,92 @@ def test_texts_at_askq_limits_fit_slack_limits(multi: bool) -> None:
     assert len(blocks) <= 50
     one = question_message(RID, [longest(0, multi)], CALLER)
     assert block_problems(one) == []
-    # the full labels and descriptions are listed where the controls show them cut
-    listing = one[2]["text"]["text"]
-    assert listing.startswith("• *0" + "L" * 119 + "* — " + "D" * 100)
-    section = one[1]["text"]["text"]
-    assert section.startswith("&lt;!channel&gt; &amp;&amp;") and section.endswith("&amp;…")
-    assert len(section) <= 3000
+    # all of the question (10,000 characters escaped), then the full labels and
+    # descriptions, listed since the controls show them cut
+    whole = longest(0, multi)
+    assert "".join(sections(one)) == escaped(whole.question) + listing(whole)
     answers = tuple(Answer(id=q.id, selected=q.labels, custom="C" * MAX_CUSTOM) for q in questions)
     final = final_message(
         questions, Outcome("ANSWERED", by="x", user="U1", answers=answers), CALLER
     )
     assert block_problems(final) == []
+
+
+def test_a_long_question_is_shown_whole_in_sections_that_keep_escapes_whole() -> None:
+    text = "<!channel> " + "&" * 1989  # 10,000 characters once escaped
+    blocks = question_message(RID, [question(question=text, options=[])], CALLER)
+    assert kinds(blocks) == ["header"] + ["section"] * 4 + ["actions", "context"]
+    pieces = sections(blocks)
+    assert "".join(pieces) == escaped(text)
+    assert all(len(p) <= 3000 and not BROKEN_ESCAPE.search(p) for p in pieces)
+    assert block_problems(blocks) == []
+
+
+def test_a_long_text_is_split_at_a_newline_or_a_space_near_the_limit() -> None:
+    typical = question(question=("word " * 400)[:2000], options=[])
+    assert len(sections(question_message(RID, [typical], CALLER))) == 1  # as before
+    # a space in a section's last quarter is where it ends
+    words = question(question="&" * 500 + " " + "word " * 299, options=[])  # 3,996 escaped
+    pieces = sections(question_message(RID, [words], CALLER))
+    assert "".join(pieces) == escaped(words.question)
+    assert [len(p) for p in pieces] == [2996, 1000] and pieces[0].endswith(" word ")
+    # a newline in its second half, before that
+    lines = question(question=("&" * 300 + "\n") * 6, options=[])  # 1,501 characters a line
+    pieces = sections(question_message(RID, [lines], CALLER))
+    assert "".join(pieces) == escaped(lines.question)
+    assert [len(p) for p in pieces] == [1501] * 6 and all(p.endswith("\n") for p in pieces)
+
+
+def test_a_long_option_list_is_shown_whole() -> None:
+    q = worst(0, multi=True)  # ten options of 3,107 characters each once escaped
+    blocks = question_message(RID, [q], CALLER)
+    assert block_problems(blocks) == []
+    assert "".join(sections(blocks)) == escaped(q.question) + listing(q)
+    assert not any(BROKEN_ESCAPE.search(t) for t in mrkdwn_texts(blocks))
+    assert kinds(blocks)[-3:] == ["actions", "actions", "context"]  # checkboxes, Submit
+
+
+@pytest.mark.parametrize("multi", [False, True])
+def test_the_worst_case_fits_50_blocks_cutting_option_lists_first(multi: bool) -> None:
+    """8 questions of 2,000 `&`, each with ten options as long as askq allows: in full
+    well over 50 blocks. Each question and option list keeps its first section; what
+    is left goes to the questions; nothing is cut inside an escape."""
+    questions = [worst(i, multi) for i in range(8)]
+    blocks = question_message(RID, questions, CALLER)
+    assert block_problems(blocks) == []
+    assert len(blocks) == 50
+    texts = mrkdwn_texts(blocks)
+    assert not any(BROKEN_ESCAPE.search(t) for t in texts)
+    # per question: the sections between its header and its controls
+    shown: list[list[str]] = [[]]
+    for block in blocks[1:]:
+        if block["type"] == "header":
+            shown.append([])
+        elif block["type"] == "section":
+            shown[-1].append(block["text"]["text"])
+    assert len(shown) == 8
+    for pieces in shown:
+        question_part = [p for p in pieces if not p.startswith("• *")]
+        list_part = [p for p in pieces if p.startswith("• *")]
+        assert len(list_part) == 1 and list_part[0].endswith("…")  # cut first
+        assert len(question_part) >= 2 and question_part[-1].endswith("…")
+        assert all(p.startswith("&amp;") for p in question_part)
+    assert sum(len(p) for p in shown) == 50 - 8 - 7 - 8 - 2  # headers, dividers, controls
+
+
+def test_the_final_message_fits_and_keeps_the_answers_longest() -> None:
+    questions = [worst(i, False) for i in range(8)]
+    answers = tuple(
+        Answer(id=q.id, selected=q.labels[:1], custom="&" * MAX_CUSTOM) for q in questions
+    )
+    outcome = Outcome("ANSWERED", by="x", user="U1", answers=answers)
+    blocks = final_message(questions, outcome, CALLER)
+    assert block_problems(blocks) == []
+    assert len(blocks) <= 50
+    assert not any(BROKEN_ESCAPE.search(t) for t in mrkdwn_texts(blocks))
+    one = final_message(questions[:1], outcome, CALLER)
+    answer = "→ " + f"*{escaped(questions[0].labels[0])}*, “{escaped('&' * MAX_CUSTOM)}”"
+    assert "".join(sections(one)) == "✅ *Answered* by <@U1>" + escaped("&" * 2000) + answer
 
 
 def test_agent_text_is_escaped_in_every_mrkdwn_text() -> None:
@@ -229,11 +312,13 @@ def test_final_message_says_what_became_of_it() -> None:
         assert Outcome.from_json(outcome.to_json()) == outcome
 
 
-def test_modal_fits_slack_limits() -> None:
+def test_modal_fits_slack_limits_and_shows_the_whole_question() -> None:
     view = custom_modal(longest(0, False), {"r": RID, "q": 0}, submits_answer=True, initial="x")
     assert len(view["title"]["text"]) <= 24
     assert len(view["private_metadata"]) <= 3000
-    element = view["blocks"][1]["element"]
+    assert kinds(view["blocks"]) == ["section"] * 4 + ["input"]
+    assert "".join(sections(view["blocks"])) == escaped(longest(0, False).question)
+    element = view["blocks"][-1]["element"]
     assert element["max_length"] == 3000 and element["initial_value"] == "x"
     assert block_problems(view["blocks"]) == []
 

@@ -639,3 +639,22 @@ async def test_an_answer_not_accepted_is_told_with_agent_text_escaped(
         assert agent_markup(standin) == []
         assert not task.done()  # nothing recorded
         task.cancel()
+
+
+async def test_a_long_question_is_posted_whole(
+    backend: Backend, seam: Seam, standin: SlackStandIn
+) -> None:
+    """2,000 characters of `&` (10,000 escaped): posted, in four sections, all of it."""
+    long = {**SEED["questions"][0], "question": "&" * 2000}
+    async with slack_worker(backend, standin) as slack:
+        task = asking(seam, [long])
+        message = await standin.message()
+        texts = [b["text"]["text"] for b in message.blocks if b["type"] == "section"]
+        assert "".join(texts[:4]) == "&amp;" * 2000
+        await click(slack, block_actions(message, ALICE, "askq.pick.0"))
+        assert await answered(task) == YES_JSON
+        update = (await standin.wait_for("chat.update"))[0]
+        assert update["text"].startswith("✅ *Answered* by <@UALICE> — Confirm: &amp;&amp;")
+        assert "&amp;" * 2000 in "".join(
+            b["text"]["text"] for b in update["blocks"] if b["type"] == "section"
+        )

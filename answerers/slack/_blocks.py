@@ -1,9 +1,10 @@
 """Block Kit rendering: the question message, its final state, the "Other…" modal.
 
 Agent text in mrkdwn (sections, context, the top-level `text` of the message) is
-escaped (`_mrkdwn`), so it cannot `<!channel>`, mention anyone or hide a link. Every
-text is cut to Slack's limit for its place (a longer one makes Slack refuse the whole
-message with `invalid_blocks`), never inside an escape.
+escaped (`_mrkdwn`), so it cannot `<!channel>`, mention anyone or hide a link. A
+question or option list longer than a section is shown whole, in several (`_sections`);
+every other text is cut to Slack's limit for its place (a longer one makes Slack refuse
+the whole message with `invalid_blocks`), never inside an escape.
 
 One question, single-select: a button per option, a click answers. Anything else (a
 multi-select, several questions): checkboxes / radio buttons and one Submit, so the
@@ -21,9 +22,9 @@ from worker import RECOMMENDED_SUFFIX, Answer, Caller, Question
 
 from . import _ids as ids
 from ._mrkdwn import cut_escaped, escape, mrkdwn
+from ._sections import Block, LongText, layout, section
 
 HEADER_MAX = 150
-SECTION_MAX = 3000
 BUTTON_MAX = 75
 OPTION_TEXT_MAX = 75
 OPTION_DESCRIPTION_MAX = 75
@@ -32,10 +33,13 @@ MODAL_TITLE_MAX = 24
 MODAL_BUTTON_MAX = 24
 INPUT_MAX = 3000  # plain_text_input max_length; askq allows 4,000, Slack 3,000
 FALLBACK_MAX = 300  # the notification text; Slack allows more, a notification shows less
-MAX_BLOCKS = 50
+MODAL_MAX_BLOCKS = 100
 BY_MAX = 500  # another channel's attribution, as the final message repeats it
 
-Block = dict[str, Any]
+# What a message too long for 50 blocks cuts first (the higher rank; `_sections`): in
+# the question, the option list (the controls show each option too) before the
+# question; in the final message, the question before the answer it is now about.
+ANSWER_RANK, QUESTION_RANK, OPTION_LIST_RANK = 0, 1, 2
 
 
 def cut(text: str, limit: int) -> str:
@@ -46,10 +50,6 @@ def cut(text: str, limit: int) -> str:
 
 def plain(text: str, limit: int) -> dict[str, Any]:
     return {"type": "plain_text", "text": cut(text, limit), "emoji": True}
-
-
-def _section(text: str, **extra: Any) -> Block:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text}, **extra}
 
 
 def answers_at_once(questions: list[Question]) -> bool:
@@ -74,14 +74,15 @@ def _option(question: Question, index: int, with_description: bool) -> dict[str,
     return out
 
 
-def _option_list(question: Question) -> str:
+def _option_list(question: Question) -> LongText:
+    """Every option in full, a line each (so a long list splits between options)."""
     lines = []
     for option in question.options:
-        line = f"• *{mrkdwn(option.label, 400)}*"
+        line = f"• *{escape(option.label)}*"
         if option.description:
-            line += f" — {mrkdwn(option.description, 1000)}"
+            line += f" — {escape(option.description)}"
         lines.append(line)
-    return cut_escaped("\n".join(lines), SECTION_MAX)
+    return LongText("\n".join(lines), OPTION_LIST_RANK)
 
 
 def _other_button(question: Question) -> Block:
@@ -93,12 +94,14 @@ def _other_button(question: Question) -> Block:
     }
 
 
-def _controls(request_id: str, index: int, question: Question, at_once: bool) -> list[Block]:
+def _controls(
+    request_id: str, index: int, question: Question, at_once: bool
+) -> list[Block | LongText]:
     """The blocks that let a human answer one question."""
     block_id = ids.question_block(request_id, index)
     if not question.options:
         return [{"type": "actions", "block_id": block_id, "elements": [_other_button(question)]}]
-    blocks: list[Block] = []
+    blocks: list[Block | LongText] = []
     cut_somewhere = any(
         len(o.label) > OPTION_TEXT_MAX or len(o.description) > OPTION_DESCRIPTION_MAX
         for o in question.options
@@ -106,7 +109,7 @@ def _controls(request_id: str, index: int, question: Question, at_once: bool) ->
     if at_once:
         # Buttons carry no description: list them above when there is something to read.
         if cut_somewhere or any(o.description for o in question.options):
-            blocks.append(_section(_option_list(question)))
+            blocks.append(_option_list(question))
         elements: list[Block] = []
         for i, option in enumerate(question.options):
             button: Block = {
@@ -120,7 +123,7 @@ def _controls(request_id: str, index: int, question: Question, at_once: bool) ->
             elements.append(button)
     else:
         if cut_somewhere:  # the full texts, since the checkboxes show them cut
-            blocks.append(_section(_option_list(question)))
+            blocks.append(_option_list(question))
         chooser = {
             "type": "checkboxes" if question.multi_select else "radio_buttons",
             "action_id": ids.CHECK if question.multi_select else ids.RADIO,
@@ -135,11 +138,15 @@ def _controls(request_id: str, index: int, question: Question, at_once: bool) ->
     return blocks
 
 
-def _intro(question: Question, index: int, total: int) -> list[Block]:
+def _question_text(question: Question) -> LongText:
+    return LongText(escape(question.question), QUESTION_RANK)
+
+
+def _intro(question: Question, index: int, total: int) -> list[Block | LongText]:
     count = f" ({index + 1}/{total})" if total > 1 else ""
     return [
         {"type": "header", "text": plain(question.header + count, HEADER_MAX)},
-        _section(mrkdwn(question.question, SECTION_MAX)),
+        _question_text(question),
     ]
 
 
@@ -163,7 +170,7 @@ def fallback_text(questions: list[Question]) -> str:
 def question_message(request_id: str, questions: list[Question], caller: Caller) -> list[Block]:
     """The message that asks: every question, and one Submit unless a click answers."""
     at_once = answers_at_once(questions)
-    blocks: list[Block] = []
+    blocks: list[Block | LongText] = []
     for index, question in enumerate(questions):
         if index:
             blocks.append({"type": "divider"})
@@ -186,7 +193,7 @@ def question_message(request_id: str, questions: list[Question], caller: Caller)
             }
         )
     blocks.append(_asked_by(caller))
-    return blocks
+    return layout(blocks)
 
 
 @dataclass(frozen=True)
@@ -234,23 +241,23 @@ class Outcome:
         )
 
 
-def _answer_text(answer: Answer) -> str:
-    parts = [f"*{mrkdwn(label, 400)}*" for label in answer.selected]
+def _answer_text(answer: Answer) -> LongText:
+    parts = [f"*{escape(label)}*" for label in answer.selected]
     if answer.custom is not None:
-        parts.append(f"“{mrkdwn(answer.custom, SECTION_MAX)}”")
-    return cut_escaped("→ " + (", ".join(parts) or "(nothing selected)"), SECTION_MAX)
+        parts.append(f"“{escape(answer.custom)}”")
+    return LongText("→ " + (", ".join(parts) or "(nothing selected)"), ANSWER_RANK)
 
 
 def final_message(questions: list[Question], outcome: Outcome, caller: Caller) -> list[Block]:
     """The message once settled: the questions, what became of them, no controls."""
     answers = {a.id: a for a in outcome.answers}
-    blocks: list[Block] = [_section(outcome.headline())]
+    blocks: list[Block | LongText] = [section(outcome.headline())]
     for index, question in enumerate(questions):
         blocks += _intro(question, index, len(questions))
         if question.id in answers:
-            blocks.append(_section(_answer_text(answers[question.id])))
+            blocks.append(_answer_text(answers[question.id]))
     blocks.append(_asked_by(caller))
-    return blocks
+    return layout(blocks)
 
 
 def final_text(questions: list[Question], outcome: Outcome) -> str:
@@ -283,15 +290,18 @@ def custom_modal(
         "title": plain(question.header, MODAL_TITLE_MAX),
         "submit": plain("Answer" if submits_answer else "Save", MODAL_BUTTON_MAX),
         "close": plain("Cancel", MODAL_BUTTON_MAX),
-        "blocks": [
-            _section(mrkdwn(question.question, SECTION_MAX)),
-            {
-                "type": "input",
-                "block_id": ids.CUSTOM_BLOCK,
-                "label": plain("Your answer", 2000),
-                "element": element,
-                # Saving a note (not yet the answer): an empty text takes the note back.
-                **({} if submits_answer else {"optional": True}),
-            },
-        ],
+        "blocks": layout(
+            [
+                _question_text(question),
+                {
+                    "type": "input",
+                    "block_id": ids.CUSTOM_BLOCK,
+                    "label": plain("Your answer", 2000),
+                    "element": element,
+                    # Saving a note (not yet the answer): an empty text takes the note back.
+                    **({} if submits_answer else {"optional": True}),
+                },
+            ],
+            MODAL_MAX_BLOCKS,
+        ),
     }

@@ -35,7 +35,10 @@ from worker import (
 
 
 def say(*parts: object) -> None:
-    print(*parts, file=sys.stderr, flush=True)
+    # One write per line: print() writes each part on its own, and with an unbuffered
+    # stderr (PYTHONUNBUFFERED) the test could read "presented" before its id.
+    sys.stderr.write(" ".join(map(str, parts)) + "\n")
+    sys.stderr.flush()
 
 
 class FaultAnswerer(Answerer[AnswererOptions]):

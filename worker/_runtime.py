@@ -23,7 +23,7 @@ import os
 import re
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from redis.asyncio import Redis
@@ -33,10 +33,13 @@ from ._answerer import FINAL_REFUSALS, Answerer, GroupHandle
 from ._blocking import BlockingLoop, raise_if_cancelled
 from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
+from ._heartbeat import keep_beating
+from ._hooks import HookResult, call_hook
 from ._keys import split_groups
-from ._models import TERMINAL, AskRequest, Offer, Retraction, scope_matches
+from ._models import TERMINAL, AskRequest, Offer, Retraction, duration_ms, scope_matches
 from ._seam import RequestInfo, Seam
 from ._sends import SendQueue
+from ._text import cut, visible
 
 log = logging.getLogger("askq.runtime")
 
@@ -70,11 +73,20 @@ async def run_until_stopped(task: asyncio.Task[Any], stop: asyncio.Event | None 
 
 
 def _ms(seconds: float | None, name: str) -> int:
+    """A group's deadline in ms (None or 0: none), rounded up, never 0 for > 0."""
     if seconds is None:
         return 0
-    if seconds < 0:
-        raise AskError(ErrorCode.CONFIG_ERROR, f"{name} must be >= 0 seconds, not {seconds}")
-    return int(seconds * 1000)
+    return duration_ms(seconds, name, code=ErrorCode.CONFIG_ERROR)
+
+
+def _is_answer_at_once(value: Any) -> bool:
+    """What `Answerer.answer_at_once` promises besides None: (answers, who gave them)."""
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[1], str)
+        and bool(value[1])
+    )
 
 
 def _stream_id(entry_id: str) -> tuple[int, int]:
@@ -116,6 +128,8 @@ class AnswererRuntime:
             "escalate_ms": _ms(escalate_after, "escalate_after"),
             "remind_ms": _ms(remind_after, "remind_after"),
         }
+        if not -(2**31) <= self.priority < 2**31:
+            raise AskError(ErrorCode.CONFIG_ERROR, f"priority {self.priority}: out of range")
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{id(self):x}"
         self.stream = seam.keys.tier(self.priority)
         self.presented: dict[str, Offer] = {}
@@ -129,11 +143,28 @@ class AnswererRuntime:
             sender=self.sends.enqueue if answerer.uses_sends else None,
         )
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._events_from = "$"
         self._showing = asyncio.Event()  # set while this replica shows something
         self._own_cursor: str | None = "0"
         self._block_ms = int(seam.settings.block_seconds * 1000)
+        self._period = seam.settings.consumer_ttl / 3
+        self.hook_timeout = seam.settings.hook_timeout
+        self._stop = asyncio.Event()  # set when the registry refuses this replica
+        self._stopped_by: AskError | None = None
+        # What the registry holds of the group; `identity` is what every replica of it
+        # must agree on besides the priority (its scope), checked by lua/register.
+        self._identity = json.dumps({"scope": self.scope}, sort_keys=True, separators=(",", ":"))
+        self._info = json.dumps(
+            {
+                "kind": answerer.kind,
+                "scope": self.scope,
+                "priority": self.priority,
+                "identity": self._identity,
+                **self.timing,
+            },
+            sort_keys=True,
+        )
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -168,7 +199,8 @@ class AnswererRuntime:
         await run_until_stopped(task, stop)
 
     async def run(self) -> None:
-        """Register, then serve until cancelled."""
+        """Register, then serve until cancelled (or until the registry refuses this
+        replica: then raise its CONFIG_ERROR)."""
         # The channel starts first: a group must not turn live before it can show anything.
         await self.answerer.start(self._handle)
         connect = self.seam.blocking_connection
@@ -178,104 +210,148 @@ class AnswererRuntime:
                 f"askq-{self.group}-events", connect, self._read_events, self._resync_presented
             ),
         ]
-        heartbeat: asyncio.Task[None] | None = None
+        loops: list[asyncio.Task[Any]] = []
         try:
             await self._register()
-            heartbeat = asyncio.create_task(self._heartbeat_loop(), name=f"askq-{self.group}-beat")
             self.ready.set()
-            loops = [heartbeat, *(loop.start() for loop in blocking)]
+            loops = [
+                asyncio.create_task(self._heartbeat_loop(), name=f"askq-{self.group}-beat"),
+                asyncio.create_task(self._maintenance_loop(), name=f"askq-{self.group}-upkeep"),
+                asyncio.create_task(self._stop.wait(), name=f"askq-{self.group}-stop"),
+                *(loop.start() for loop in blocking),
+            ]
             if self.answerer.uses_sends:
                 loops.append(asyncio.create_task(self.sends.run(), name=f"askq-{self.group}-sends"))
-            await asyncio.gather(*loops)
+            done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_COMPLETED)
+            if self._stopped_by is not None:
+                raise self._stopped_by
+            for task in done:
+                task.result()  # raises what ended it
         finally:
-            if heartbeat is not None:
-                heartbeat.cancel()
+            for task in loops:
+                task.cancel()
             for loop in blocking:
                 await loop.close()
             for task in list(self._tasks):
                 task.cancel()
-            await asyncio.gather(*filter(None, [heartbeat, *self._tasks]), return_exceptions=True)
+            await asyncio.gather(*loops, *self._tasks, return_exceptions=True)
             # Each step runs whatever the one before raised: a send cut short at shutdown
             # must not keep the channel from stopping (ports, sockets) or the replica
             # from leaving.
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self.sends.aclose()
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await self.answerer.stop()
+            await self._call_hook("stop", "", self.answerer.stop())
             if self.ready.is_set():
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._leave())
 
-    async def _register(self) -> None:
+    async def _register(self, mode: str = "start") -> None:
+        """Register (start) or re-register (each heartbeat) this replica: lua/register.
+        A group has one priority, kind and scope; a replica that disagrees is refused."""
         k = self.seam.keys
-        redis = self.seam.redis
         with self.seam.redis_errors():
-            # Read the events stream from here on: what settles after this is ours to hear.
-            last = await redis.xrevrange(k.events, count=1)
-            self._events_from = last[0][0] if last else "0-0"
-            try:
-                await redis.xgroup_create(self.stream, self.group, id="$", mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
-            info = {
-                "kind": self.answerer.kind,
-                "scope": self.scope,
-                "priority": self.priority,
-                **self.timing,
-            }
-            async with redis.pipeline(transaction=True) as pipe:
-                pipe.hset(k.groups, self.group, str(self.priority))
-                pipe.hset(k.group_info, self.group, json.dumps(info, sort_keys=True))
-                await pipe.execute()
-            await self._beat()
-        await self.seam.tier_streams(refresh=True)
+            if mode == "start":
+                # Read the events stream from here on: what settles after this is ours.
+                last = await self.seam.redis.xrevrange(k.events, count=1)
+                self._events_from = last[0][0] if last else "0-0"
+            result = await self.seam.call(
+                "register",
+                [k.groups, k.group_info, k.live, k.consumers(self.group), self.stream],
+                [
+                    self.group,
+                    str(self.priority),
+                    self._info,
+                    self._identity,
+                    self.consumer,
+                    duration_ms(self.seam.settings.consumer_ttl, "consumer_ttl"),
+                    mode,
+                ],
+            )
+        if result[0] == "CONFLICT":
+            raise self._conflict(result[1], result[2])
+        if mode == "start" or result[1] == "1":
+            if mode != "start":
+                log.warning(
+                    "%s: its registration was gone (Redis lost its data?); registered again",
+                    self.group,
+                )
+            await self.seam.tier_streams(refresh=True)
 
-    async def _beat(self) -> None:
-        k = self.seam.keys
-        until = await self.seam.now_ms() + int(self.seam.settings.consumer_ttl * 1000)
-        async with self.seam.redis.pipeline(transaction=True) as pipe:
-            pipe.zadd(k.consumers(self.group), {self.consumer: until})
-            pipe.zadd(k.live, {self.group: until}, gt=True)
-            await pipe.execute()
+    def _conflict(self, priority: str, info: str) -> AskError:
+        try:
+            known = json.loads(info) if info else {}
+        except ValueError:
+            known = {}
+        scope = known.get("scope") or {}
+        shown = ",".join(f"{key}={value}" for key, value in sorted(scope.items())) or "*"
+        mine = ",".join(f"{key}={value}" for key, value in sorted(self.scope.items())) or "*"
+        return AskError(
+            ErrorCode.CONFIG_ERROR,
+            f"group {self.group} is registered with priority {priority}, scope"
+            f" {visible(shown)}; this replica has priority {self.priority}, scope"
+            f" {visible(mine)}. A group has one priority and one scope: start it with"
+            f" those, use another --group, or stop the group's replicas and"
+            f" `askq group remove {self.group}` to register it anew",
+        )
 
     async def _leave(self) -> None:
         """Stop being live; the group stays live while another replica beats."""
         k = self.seam.keys
-        redis = self.seam.redis
-        await redis.zrem(k.consumers(self.group), self.consumer)
-        latest = await redis.zrevrange(k.consumers(self.group), 0, 0, withscores=True)
-        if latest:
-            await redis.zadd(k.live, {self.group: latest[0][1]})
-        else:
-            await redis.zrem(k.live, self.group)
+        await self.seam.call(
+            "leave", [k.consumers(self.group), k.live], [self.group, self.consumer]
+        )
 
     async def _heartbeat_loop(self) -> None:
-        period = self.seam.settings.consumer_ttl / 3
+        """Beat (re-registering whatever Redis lost) every third of the consumer TTL;
+        a beat that fails is retried at once (_heartbeat.keep_beating). A registry that
+        now disagrees with this replica (the group was removed and registered anew)
+        stops it."""
+        await asyncio.sleep(self._period)  # registering was the first beat
+        await keep_beating(f"replica {self.consumer} of {self.group}", self._beat, self._period)
+
+    async def _beat(self) -> None:
+        try:
+            await self._register("beat")
+        except AskError as exc:
+            if exc.code is ErrorCode.CONFIG_ERROR:
+                self._stopped_by = exc
+                self._stop.set()
+                return
+            raise
+
+    async def _maintenance_loop(self) -> None:
+        """Take over the entries of dead replicas and trim the stream, once a period."""
         while True:
             raise_if_cancelled()
-            await asyncio.sleep(period)
+            await asyncio.sleep(self._period)
             try:
-                await self._beat()
                 await self._recover_dead_replicas()
                 await self._trim_stream()
             except CONNECTION_ERRORS as exc:
-                log.warning("heartbeat of %s failed: %s", self.group, exc)
-            except Exception:  # noqa: BLE001 - a heartbeat must keep beating
-                log.exception("heartbeat of %s failed", self.group)
+                log.warning("maintenance of %s failed: %s", self.group, exc)
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("maintenance of %s failed", self.group)
 
     # --- offers ----------------------------------------------------------------------
 
     async def _read_offers(self, conn: Redis) -> None:
         # First what this consumer held before a restart (its own pending entries, from
         # id 0 on), then block for new offers.
-        reply = await conn.xreadgroup(
-            self.group,
-            self.consumer,
-            {self.stream: self._own_cursor or ">"},
-            count=READ_COUNT,
-            block=None if self._own_cursor else self._block_ms,
-        )
+        try:
+            reply = await conn.xreadgroup(
+                self.group,
+                self.consumer,
+                {self.stream: self._own_cursor or ">"},
+                count=READ_COUNT,
+                block=None if self._own_cursor else self._block_ms,
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            # The consumer group is gone (Redis lost its data): register again now, not
+            # at the next heartbeat, and read from there.
+            await self._register("beat")
+            return
         entries = reply[0][1] if reply else []
         if self._own_cursor is not None:
             self._own_cursor = entries[-1][0] if entries else None
@@ -312,7 +388,20 @@ class AnswererRuntime:
             # Left pending: this replica (on restart) or another one recovers it.
             log.warning("offer %s of %s not handled: %s", request_id, self.group, exc)
         except Exception:  # noqa: BLE001 - one bad offer must not stop the worker
-            log.exception("offer %s of %s failed", request_id, self.group)
+            log.exception("offer %s of %s failed; passing it on", request_id, self.group)
+            await self._pass_on(request_id, entry_id)
+
+    async def _pass_on(self, request_id: str, entry_id: str) -> None:
+        """Handling an entry failed half-way (a bug, a refused answer): whatever the
+        group holds of it, decline it or give the claim back, so it is not left
+        undecided or claimed with nobody showing it."""
+        try:
+            reply = await self.seam.decline_entry(request_id, self.group, self.priority, entry_id)
+            if reply and reply[0] == "CLAIMED":
+                self.presented.pop(request_id, None)
+                await self.seam.release(request_id, self.group)
+        except Exception as exc:  # noqa: BLE001 - left pending: recovery takes it
+            log.warning("could not pass %s on: %s", request_id, exc)
 
     def _offer(self, entry_id: str, request: AskRequest) -> Offer:
         return Offer(
@@ -328,11 +417,27 @@ class AnswererRuntime:
 
     async def _handle_offer(self, offer: Offer) -> None:
         """A fresh offer: decide, then claim or decline. The scripts check that it is
-        still this group's to decide (and acknowledge it when it is not)."""
+        still this group's to decide (and acknowledge it when it is not). An answerer
+        that fails, hangs or answers with something that is not an answer declines."""
         if not await self._decide(offer):
             await self.seam.decline(offer)
-        elif (at_once := await self._answer_at_once(offer)) is not None:
-            answers, by = at_once
+            return
+        at_once = await self._call_hook(
+            "answer_at_once", offer.request_id, self.answerer.answer_at_once(offer)
+        )
+        if not at_once.ok:
+            await self.seam.decline(offer)
+        elif at_once.value is not None:
+            if not _is_answer_at_once(at_once.value):
+                log.error(
+                    "%s: answer_at_once %s returned %s, not None or (answers, by: str); declining",
+                    self.group,
+                    offer.request_id,
+                    cut(visible(repr(at_once.value)), 200),
+                )
+                await self.seam.decline(offer)
+                return
+            answers, by = at_once.value
             try:
                 await self.seam.claim_and_answer(offer, answers, by=by)
             except AskError as exc:
@@ -344,12 +449,10 @@ class AnswererRuntime:
         elif await self.seam.accept(offer):
             await self._present(offer)
 
-    async def _answer_at_once(self, offer: Offer) -> tuple[Any, str] | None:
-        try:
-            return await self.answerer.answer_at_once(offer)
-        except Exception:  # noqa: BLE001 - then a human may still answer it
-            log.exception("%s could not answer %s at once", self.group, offer.request_id)
-            return None
+    async def _call_hook(
+        self, hook: str, request_id: str, call: Coroutine[Any, Any, Any]
+    ) -> HookResult:
+        return await call_hook(f"group {self.group}", hook, request_id, call, self.hook_timeout)
 
     async def _handle_recovered(self, entry_id: str, request_id: str) -> None:
         """An entry that was pending on this or a dead replica: it may be a claim of the
@@ -383,22 +486,27 @@ class AnswererRuntime:
             await self._handle_offer(offer)
 
     async def _decide(self, offer: Offer) -> bool:
+        """The scope selector, then the answerer's `decide` (True or False; anything
+        else, an error or a hang declines)."""
         if not scope_matches(self.scope, offer.scope):
             return False
-        try:
-            return bool(await self.answerer.decide(offer))
-        except Exception:  # noqa: BLE001 - an answerer that cannot decide declines
-            log.exception("%s could not decide on %s; declining", self.group, offer.request_id)
+        verdict = await self._call_hook("decide", offer.request_id, self.answerer.decide(offer))
+        if verdict.ok and not isinstance(verdict.value, bool):
+            log.error(
+                "%s: decide %s returned %s, not True or False; declining",
+                self.group,
+                offer.request_id,
+                cut(visible(repr(verdict.value)), 200),
+            )
             return False
+        return verdict.ok and verdict.value
 
     async def _present(self, offer: Offer) -> None:
         if offer.request_id in self.presented:
             return  # re-read after a reconnect: already showing it
         self._show(offer)
-        try:
-            await self.answerer.present(offer)
-        except Exception:  # noqa: BLE001 - a question that cannot be shown is given back
-            log.exception("%s could not present %s; releasing", self.group, offer.request_id)
+        shown = await self._call_hook("present", offer.request_id, self.answerer.present(offer))
+        if not shown.ok:  # a question that cannot be shown is given back
             self.presented.pop(offer.request_id, None)
             await self.seam.release(offer.request_id, self.group)
 
@@ -481,14 +589,11 @@ class AnswererRuntime:
         if fields.get("group", self.group) != self.group:
             return  # another group's reminder or escalation
         if state == "REMIND":
-            try:
-                await self.answerer.remind(offer)
-            except Exception:  # noqa: BLE001
-                log.exception("%s could not remind %s", self.group, request_id)
+            self._in_background("remind", request_id, self.answerer.remind(offer))
             return
         if state == "OFFERED" and fields.get("tier") == str(self.priority):
             return
-        await self._retract(
+        self._retract(
             Retraction(
                 request_id=request_id,
                 state=state,
@@ -497,12 +602,16 @@ class AnswererRuntime:
             )
         )
 
-    async def _retract(self, retraction: Retraction) -> None:
+    def _retract(self, retraction: Retraction) -> None:
         self.presented.pop(retraction.request_id, None)
-        try:
-            await self.answerer.retract(retraction)
-        except Exception:  # noqa: BLE001
-            log.exception("%s could not retract %s", self.group, retraction.request_id)
+        self._in_background("retract", retraction.request_id, self.answerer.retract(retraction))
+
+    def _in_background(self, hook: str, request_id: str, call: Coroutine[Any, Any, Any]) -> None:
+        """Run a retract or remind hook in a task of its own (bounded like every hook),
+        so one that is slow or stuck does not hold up the events of other requests."""
+        task = asyncio.create_task(self._call_hook(hook, request_id, call))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _resync_presented(self, conn: Redis) -> None:
         """After a gap in the events stream, check what we show is still ours."""
@@ -511,7 +620,7 @@ class AnswererRuntime:
                 self.seam.keys.request(request_id), ["state", "by", "code", "claimers"]
             )
             if state is None or state in TERMINAL or self.group not in split_groups(claimers):
-                await self._retract(
+                self._retract(
                     Retraction(
                         request_id=request_id,
                         state=state or "FAILED",

@@ -1,7 +1,8 @@
 """The Lua scripts: every state transition of a request, each one atomic in Redis.
 
-Each `lua/<name>.lua` is one named transition (ask, accept, decline, release, answer,
-cancel, fire, abort_turn); `--@include <name>` pulls in shared helpers, resolved here once.
+Each `lua/<name>.lua` is one named transition of a request (ask, accept, decline,
+release, answer, cancel, fire, abort_turn) or of the registry (register, leave, remove_group);
+`--@include <name>` pulls in shared helpers, resolved here once.
 redis-py's Script runs EVALSHA and loads the script on NOSCRIPT, so a script's text is
 sent once per server, not per call.
 """
@@ -24,6 +25,9 @@ NAMES = (
     "fire",
     "abort_turn",
     "forget_caller",
+    "register",
+    "leave",
+    "remove_group",
 )
 
 

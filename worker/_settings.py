@@ -73,6 +73,12 @@ class Settings(BaseSettings):
         description="Seconds between the sweeper's maintenance rounds (dead callers,"
         " orphaned claims, stream trimming, missed timers).",
     )
+    hook_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds an answerer's decide, answer_at_once, present, retract, remind"
+        " or stop may take before it counts as failed (a decline or a release follows).",
+    )
     events_maxlen: int = Field(
         default=10000,
         ge=100,

@@ -1,0 +1,57 @@
+-- Register one replica of an answerer group (at start-up), or re-register it (each
+-- heartbeat): the group's priority and facts in the registry, its consumer group on
+-- its tier's stream, and the replica live until now + ttl. A heartbeat that finds any
+-- of them gone (Redis restarted without its data, a failover to a replica that lacked
+-- them, a FLUSHDB) writes them again, so the waterfall never loses a running group.
+--
+-- A group has one priority and one scope: a replica that disagrees with what the
+-- registry holds changes nothing and is told what the group is (CONFLICT). Its kind
+-- and timings (decision window, escalation, reminder) are the last starter's.
+--
+-- KEYS: groups, group_info, live, consumers of the group, the tier's stream
+-- ARGV: group, priority, info JSON (kind, scope, priority, timings, identity),
+--       identity (the scope, canonical JSON), consumer, ttl ms, 'start' | 'beat'
+-- Returns: {'OK', '1' if something had to be written again, else '0'} |
+--          {'CONFLICT', registered priority, registered info JSON}
+local GROUPS, INFO, LIVE, CONSUMERS, STREAM = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local group, priority, info, identity = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local consumer, ttl, mode = ARGV[5], tonumber(ARGV[6]), ARGV[7]
+
+local registered = redis.call('HGET', GROUPS, group)
+local known = redis.call('HGET', INFO, group)
+if registered and registered ~= priority then
+  return {'CONFLICT', registered, known or ''}
+end
+if known then
+  local ok, fields = pcall(cjson.decode, known)
+  -- (a registration written before groups had an identity is taken over)
+  if ok and type(fields) == 'table' and fields.identity and fields.identity ~= identity then
+    return {'CONFLICT', registered or priority, known}
+  end
+end
+
+local restored = '0'
+if not registered then
+  redis.call('HSET', GROUPS, group, priority)
+  restored = '1'
+end
+if not known or mode == 'start' then
+  redis.call('HSET', INFO, group, info)
+  if not known then restored = '1' end
+end
+-- The consumer group reads only what is offered from now on ('$'): an offer made
+-- while it did not exist was never its to decide.
+local created = redis.pcall('XGROUP', 'CREATE', STREAM, group, '$', 'MKSTREAM')
+if type(created) == 'table' and created.err then
+  local err = tostring(created.err)
+  if not string.find(err, 'BUSYGROUP', 1, true) then return redis.error_reply(err) end
+else
+  restored = '1'
+end
+
+local t = redis.call('TIME')
+local live_until = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl
+redis.call('ZADD', CONSUMERS, live_until, consumer)
+redis.call('ZADD', LIVE, 'GT', live_until, group)
+if mode == 'start' then restored = '0' end
+return {'OK', restored}

@@ -309,7 +309,7 @@ def _raise_invalid(problems: list[str]) -> None:
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-def _validate(model: type[ModelT], raw: Any) -> ModelT:
+def validate_model(model: type[ModelT], raw: Any) -> ModelT:
     """pydantic's checks, every failure as INVALID_REQUEST naming its path."""
     try:
         return model.model_validate(raw)
@@ -330,7 +330,7 @@ def parse_input(args: Any) -> AskInput:
             raise AskError(ErrorCode.INVALID_REQUEST, f"input: not valid JSON ({exc})") from None
         except RecursionError:
             raise AskError(ErrorCode.INVALID_REQUEST, "input: JSON nested too deeply") from None
-    parsed = _validate(AskInput, args)
+    parsed = validate_model(AskInput, args)
     problems: list[str] = []
     seen_ids: set[str] = set()
     for qi, q in enumerate(parsed.questions):
@@ -369,7 +369,7 @@ def parse_answers(questions: list[Question], raw: Any) -> Answers:
         raw = raw.model_dump(exclude_none=True)
     elif isinstance(raw, list):
         raw = {"answers": raw}
-    answers = _validate(Answers, raw)
+    answers = validate_model(Answers, raw)
     problems: list[str] = []
     by_id: dict[str, Answer] = {}
     for ai, a in enumerate(answers.answers):

@@ -688,8 +688,12 @@ class Seam:
         """The group will not take it; the last decline of a tier moves it on."""
         await self.decline_entry(offer.request_id, offer.group, offer.tier, offer.offer_id)
 
-    async def decline_entry(self, request_id: str, group: str, tier: int, offer_id: str) -> None:
-        await self._run("decline", request_id, [group, tier, offer_id])
+    async def decline_entry(
+        self, request_id: str, group: str, tier: int, offer_id: str
+    ) -> list[str]:
+        """Decline offer entry `offer_id`; the script's reply (CLAIMED: the group holds
+        a claim on it, which a decline does not give back)."""
+        return await self._run("decline", request_id, [group, tier, offer_id])
 
     async def release(self, request_id: str, group: str) -> bool:
         """Give back the group's claim; the last release of a tier moves it on."""
@@ -841,6 +845,6 @@ class Seam:
                         pending=pending,
                     )
                 )
-            ids = await self.redis.zrange(k.pending, 0, limit - 1)
+            ids = await self.redis.zrange(k.pending, 0, limit - 1) if limit > 0 else []
             requests = await self._request_rows(ids, now)
         return Status(groups=groups, requests=requests)

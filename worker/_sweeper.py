@@ -28,7 +28,8 @@ from redis.exceptions import ResponseError
 from ._arq import worker_options
 from ._blocking import BlockingLoop
 from ._errors import AskError, ErrorCode
-from ._keys import Keys, split_groups
+from ._groups import give_back_all
+from ._keys import Keys
 from ._runtime import trim_tier
 from ._seam import Seam
 from ._settings import Settings
@@ -120,7 +121,7 @@ class Sweeper:
         return cancelled
 
     async def release_orphans(self) -> int:
-        """Claims and undecided offers of groups with no live replica, idle longer than
+        """Claims and offers of groups with no live replica, waiting longer than
         `orphan_claim_after`: released or declined, so the waterfall moves on."""
         k, redis = self.seam.keys, self.seam.redis
         now = await self.seam.now_ms()
@@ -129,42 +130,10 @@ class Sweeper:
         for group, priority in (await redis.hgetall(k.groups)).items():  # type: ignore[misc]
             if await redis.zcount(k.consumers(group), now + 1, "+inf"):
                 continue  # a live replica recovers its group's entries itself
-            stream, cursor = k.tier(int(priority)), "0-0"
-            while True:
-                try:
-                    reply = await redis.xautoclaim(
-                        stream, group, SWEEPER_CONSUMER, idle_ms, cursor, count=100
-                    )
-                except ResponseError:  # no such stream or group
-                    break
-                cursor, entries = reply[0], reply[1]
-                for entry_id, fields in entries:
-                    moved += await self._orphan(group, int(priority), entry_id, fields)
-                if cursor == "0-0":
-                    break
-            with contextlib.suppress(ResponseError):
-                await redis.xgroup_delconsumer(stream, group, SWEEPER_CONSUMER)
+            moved += await give_back_all(
+                self.seam, group, int(priority), SWEEPER_CONSUMER, idle_ms, now
+            )
         return moved
-
-    async def _orphan(self, group: str, tier: int, entry_id: str, fields: Any) -> int:
-        k, redis = self.seam.keys, self.seam.redis
-        request_id = (fields or {}).get("request", "")
-        state, offer, undecided, claimers = await redis.hmget(  # type: ignore[misc]
-            k.request(request_id), ["state", "offer", "undecided", "claimers"]
-        )
-        try:
-            if state and offer == entry_id and group in split_groups(claimers):
-                log.warning("releasing %s: group %s has no live replica", request_id, group)
-                return int(await self.seam.release(request_id, group))
-            if state and offer == entry_id and group in split_groups(undecided):
-                log.warning("declining %s for %s: no live replica", request_id, group)
-                await self.seam.decline_entry(request_id, group, tier, entry_id)
-                return 1
-        except AskError as exc:
-            if exc.code == ErrorCode.REDIS_UNAVAILABLE:
-                raise
-        await redis.xack(k.tier(tier), group, entry_id)  # no longer anyone's
-        return 0
 
     async def trim_streams(self) -> int:
         trimmed = 0

@@ -1,13 +1,18 @@
 """`askq`: ask from the shell, run answerer workers, abort turns, see status, demo.
 
 Failures print `CODE: message` on stderr and exit with the code's status (README,
-"Error codes"); an unreachable Redis is one line naming the URL, never a traceback.
+"Error codes"); an unreachable Redis is one line naming the URL (its password
+redacted), never a traceback. Even a bug is one `INTERNAL:` line (`ASKQ_DEBUG=1`
+shows its traceback). Agent text printed here, in tables and in log lines, has its
+control characters shown escaped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
@@ -18,18 +23,56 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from ._errors import AskError, ErrorCode
-from ._models import Caller
+from ._models import Caller, validate_model
 from ._plugins import answerer_kinds, load_answerer
 from ._runtime import AnswererRuntime, run_until_stopped, stop_on_signals
-from ._seam import Seam
+from ._seam import GroupStatus, Seam
 from ._settings import Settings, settings_error
+from ._text import cut, problems_message, visible
 
 T = TypeVar("T")
 
 
 def _fail(exc: AskError) -> None:
-    click.echo(f"{exc.code.value}: {exc.message}", err=True)
+    click.echo(visible(f"{exc.code.value}: {exc.message}", multiline=True), err=True)
     sys.exit(exc.exit_status)
+
+
+class _VisibleFormatter(logging.Formatter):
+    """Log lines as a terminal should show them: agent text in a message (a label in a
+    refused answer, a header) cannot move the cursor or retitle the window."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record), multiline=True)
+
+
+def _log_to_stderr() -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(_VisibleFormatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    if not root.handlers:  # an embedding program's own logging wins
+        root.addHandler(handler)
+        root.setLevel(os.environ.get("ASKQ_LOG_LEVEL", "WARNING").upper())
+
+
+class _Group(click.Group):
+    """The command group: whatever escapes a command (a bug) is one `INTERNAL:` line
+    and exit status 1, not a traceback; `ASKQ_DEBUG=1` shows the traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            if os.environ.get("ASKQ_DEBUG"):
+                raise
+            _fail(
+                AskError(
+                    ErrorCode.INTERNAL,
+                    f"unexpected {type(exc).__name__}: {exc} (ASKQ_DEBUG=1 shows the traceback)",
+                )
+            )
 
 
 def _run(main: Callable[[], Awaitable[T]]) -> T:
@@ -53,15 +96,15 @@ def _scope(pairs: tuple[str, ...]) -> dict[str, str]:
     return scope
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--redis-url", envvar="ASKQ_REDIS_URL", help="Default: redis://localhost:6379/0")
 @click.option("--prefix", envvar="ASKQ_PREFIX", help="Key prefix (default askq).")
 @click.pass_context
 def main(ctx: click.Context, redis_url: str | None, prefix: str | None) -> None:
     """askq: let AI agents stop and ask a human, over Redis."""
+    _log_to_stderr()
     given: dict[str, Any] = {"redis_url": redis_url, "prefix": prefix}
     overrides = {k: v for k, v in given.items() if v}
-    ctx.meta["redis_configured"] = bool(redis_url)
     try:
         ctx.obj = Settings(**overrides)
     except ValidationError as exc:
@@ -89,7 +132,7 @@ def _question_from_flags(
 
 
 @main.command()
-@click.argument("file", required=False, type=click.File("r"))
+@click.argument("file", required=False, type=click.File("rb"))
 @click.option("--question", "-q", help="Ask one question given by flags instead of JSON.")
 @click.option("--option", "-o", "options", multiple=True, help="'Label' or 'Label|description'.")
 @click.option("--header", default="Question", show_default=True)
@@ -141,13 +184,8 @@ def ask(
             raise click.UsageError("give either FILE or --question, not both")
         args: Any = _question_from_flags(question, options, header, multi, qid)
     else:
-        source: Any = file or sys.stdin
-        args = source.read()
-    caller = Caller(
-        agent_id=agent or f"cli-{uuid.uuid4().hex[:8]}",
-        turn_id=turn or uuid.uuid4().hex,
-        owner=owner,
-    )
+        args = _read_input(file)
+    caller = _caller(agent, turn, owner)
     route = _scope(scope)
     default = None
     if default_json is not None:
@@ -172,6 +210,42 @@ def ask(
             return answers.to_json()
 
     click.echo(_run(run))
+
+
+def _read_input(file: Any) -> str:
+    """The tool-input JSON from FILE or stdin, as text: bytes that are not UTF-8 are
+    INVALID_REQUEST naming where, not a traceback."""
+    raw: bytes = (file or sys.stdin.buffer).read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        _fail(
+            AskError(
+                ErrorCode.INVALID_REQUEST,
+                f"input: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+            )
+        )
+        raise AssertionError("unreachable") from None
+
+
+_CALLER_FLAGS = {"agent_id": "--agent", "turn_id": "--turn", "owner": "--owner"}
+
+
+def _caller(agent: str | None, turn: str | None, owner: str | None) -> Caller:
+    """The caller from the flags; a bad one is INVALID_REQUEST naming the flag."""
+    given = {
+        "agent_id": agent or f"cli-{uuid.uuid4().hex[:8]}",
+        "turn_id": turn or uuid.uuid4().hex,
+        "owner": owner,
+    }
+    try:
+        return validate_model(Caller, given)
+    except AskError as exc:
+        message = exc.message
+        for field, flag in _CALLER_FLAGS.items():
+            message = message.replace(f"{field}:", f"{flag}:")
+        _fail(AskError(exc.code, message))
+        raise AssertionError("unreachable") from None
 
 
 def _answerer_options(extra: list[str]) -> dict[str, Any]:
@@ -250,9 +324,11 @@ def worker(
         return
     except ValidationError as exc:
         fields = ", ".join(f"--{name.replace('_', '-')}" for name in cls.Options.model_fields)
-        problems = "; ".join(
-            f"--{'.'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
-            for e in exc.errors()
+        problems = problems_message(
+            [
+                f"--{cut(visible('.'.join(map(str, e['loc'])).replace('_', '-')), 40)}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            ]
         )
         _fail(AskError(ErrorCode.CONFIG_ERROR, f"{kind}: {problems} (options: {fields or 'none'})"))
         return
@@ -340,53 +416,125 @@ def status(settings: Settings, as_json: bool, limit: int) -> None:
         click.echo(result.model_dump_json(indent=2))
         return
     from rich.console import Console
-    from rich.table import Table
 
-    groups = Table("group", "kind", "priority", "scope", "live replicas", "pending", title="groups")
-    for g in result.groups:
-        scope = ", ".join(f"{k}={v}" for k, v in g.scope.items()) or "*"
-        groups.add_row(
-            g.name, g.kind, str(g.priority), scope, str(g.live_consumers), str(g.pending)
-        )
-    requests = Table(
-        "request",
-        "state",
-        "tier",
-        "waiting on",
-        "header",
-        "agent",
-        "turn",
-        "age",
-        title="pending requests",
+    console = Console(highlight=False)
+    console.print(_groups_table(result.groups))
+    requests = _table(
+        "pending requests",
+        ["request", "state", "tier", "waiting on", "header", "agent", "turn", "age"],
     )
     for r in result.requests:
-        waiting = ",".join(r.claimers or r.undecided)
         requests.add_row(
-            r.id[:12],
-            r.state,
-            str(r.tier),
-            waiting,
-            r.header,
-            r.agent,
-            r.turn,
-            f"{r.age_seconds:.0f}s",
+            *_cells(
+                r.id[:12],
+                r.state,
+                str(r.tier),
+                ",".join(r.claimers or r.undecided),
+                r.header,
+                r.agent,
+                r.turn,
+                f"{r.age_seconds:.0f}s",
+            )
         )
-    console = Console()
-    console.print(groups)
     console.print(requests)
+
+
+def _table(title: str, columns: list[str]) -> Any:
+    from rich.table import Table
+
+    return Table(*columns, title=title)
+
+
+def _cells(*values: str) -> list[Any]:
+    """Table cells as plain text: agent text (a header, an agent id) is neither rich
+    markup nor terminal control sequences."""
+    from rich.text import Text
+
+    return [Text(visible(value)) for value in values]
+
+
+def _groups_table(groups: list[GroupStatus]) -> Any:
+    table = _table("groups", ["group", "kind", "priority", "scope", "live replicas", "pending"])
+    for g in groups:
+        scope = ", ".join(f"{k}={v}" for k, v in g.scope.items()) or "*"
+        table.add_row(
+            *_cells(g.name, g.kind, str(g.priority), scope, str(g.live_consumers), str(g.pending))
+        )
+    return table
+
+
+@main.group()
+def group() -> None:
+    """The answerer groups: list them, remove one (to change its priority or scope),
+    prune those with no live replica."""
+
+
+@group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def group_list(settings: Settings, as_json: bool) -> None:
+    """Every registered group: priority, kind, scope, live replicas, entries pending."""
+
+    async def run() -> list[GroupStatus]:
+        async with Seam(settings=settings) as seam:
+            return (await seam.status(limit=0)).groups
+
+    groups = _run(run)
+    if as_json:
+        click.echo(json.dumps([g.model_dump() for g in groups], indent=2))
+        return
+    from rich.console import Console
+
+    Console(highlight=False).print(_groups_table(groups))
+
+
+@group.command("remove")
+@click.argument("name")
+@click.pass_obj
+def group_remove(settings: Settings, name: str) -> None:
+    """Remove group NAME (stop its replicas first): what it holds is given back, so
+    the waterfall moves on, and it is forgotten. Its replicas may then start with
+    another priority or scope."""
+    from ._groups import remove_group
+
+    async def run() -> int:
+        async with Seam(settings=settings) as seam:
+            return await remove_group(seam, name)
+
+    moved = _run(run)
+    click.echo(f"group {name} removed; {moved} request(s) it held moved on")
+
+
+@group.command("prune")
+@click.pass_obj
+def group_prune(settings: Settings) -> None:
+    """Remove every group that has no live replica (as `remove` does)."""
+    from ._groups import prune_groups
+
+    async def run() -> list[str]:
+        async with Seam(settings=settings) as seam:
+            return await prune_groups(seam)
+
+    removed = _run(run)
+    click.echo(f"removed {len(removed)} group(s) with no live replica: {', '.join(removed) or '-'}")
 
 
 @main.command()
 @click.option("--auto", "auto", is_flag=True, help="Answer by rules instead of at the terminal.")
-@click.pass_context
-def demo(ctx: click.Context, auto: bool) -> None:
+@click.option(
+    "--redis-url",
+    "demo_url",
+    default=None,
+    help="Run on this Redis (under a prefix of its own, removed at the end) instead of"
+    " the embedded one. ASKQ_REDIS_URL is not used.",
+)
+def demo(auto: bool, demo_url: str | None) -> None:
     """The whole round trip on one machine: an agent asks the seed's question; you
-    answer it here (or the rules do, with --auto). Uses an embedded Redis unless
-    ASKQ_REDIS_URL or --redis-url names one."""
+    answer it here (or the rules do, with --auto). Uses an embedded Redis, so it never
+    joins a real deployment, unless --redis-url is given here."""
     from ._demo import run_demo
 
-    settings = ctx.obj if ctx.meta.get("redis_configured") else None
-    _run(lambda: run_demo(auto=auto, settings=settings))
+    _run(lambda: run_demo(auto=auto, redis_url=demo_url))
 
 
 @main.command()

@@ -270,3 +270,212 @@ def test_20_answers_that_repeat_huge_text_are_quoted_short() -> None:
             parse_answers(questions, raw)
         assert len(err.value.message) < 1000, len(err.value.message)
         assert "\x1b" not in err.value.message
+
+
+# --- 7. a group has one priority and one scope ---------------------------------------
+
+
+async def test_7_a_replica_with_another_priority_or_scope_is_refused(seam: Seam) -> None:
+    human = MemoryAnswerer(reply=lambda offer: YES)
+    async with running(seam, human, "desk", priority=10, consumer="desk-1"):
+        for other in ({"priority": 5}, {"priority": 10, "scope": {"tenant": "acme"}}):
+            with pytest.raises(AskError) as err:
+                async with running(seam, MemoryAnswerer(), "desk", consumer="desk-2", **other):
+                    pass
+            assert err.value.code is ErrorCode.CONFIG_ERROR
+            assert "registered with priority 10, scope *" in err.value.message
+            assert "askq group remove desk" in err.value.message
+        assert await seam.redis.hget(seam.keys.groups, "desk") == "10"
+        # The live replica still answers.
+        assert (await seam.ask(SEED, caller())).to_json() == YES_JSON
+        # A replica that agrees joins.
+        async with running(seam, MemoryAnswerer(), "desk", priority=10, consumer="desk-3"):
+            pass
+
+
+async def test_7_removing_a_group_gives_back_what_it_held_then_it_may_move(seam: Seam) -> None:
+    from worker._groups import prune_groups, remove_group
+
+    holder = MemoryAnswerer()
+    ask = None
+    async with running(seam, holder, "desk", priority=10, decision_window=0):
+        ask = asyncio.create_task(seam.ask(SEED, caller()))
+        await holder.next_presented()
+        with pytest.raises(AskError) as err:
+            await remove_group(seam, "desk")
+        assert err.value.code is ErrorCode.CONFIG_ERROR and "live replica" in err.value.message
+    # Stopped, its claim held: removing it moves the request on (no tier left).
+    assert not ask.done()
+    assert await remove_group(seam, "desk") == 1
+    with pytest.raises(AskError) as err:
+        await asyncio.wait_for(ask, 5)
+    assert err.value.code is ErrorCode.NO_ANSWERER
+    assert await seam.redis.hget(seam.keys.groups, "desk") is None
+    async with running(seam, MemoryAnswerer(reply=lambda o: YES), "desk", priority=5):
+        assert (await seam.ask(SEED, caller())).to_json() == YES_JSON
+    async with running(seam, MemoryAnswerer(), "live", priority=1):
+        assert await prune_groups(seam) == ["desk"]
+        assert set(await seam.redis.hkeys(seam.keys.groups)) == {"live"}
+
+
+async def test_7_an_offer_no_replica_ever_read_is_given_back(seam: Seam) -> None:
+    """A group whose one replica died right after registering (killed: it never read
+    nor left): the offer made to it was never delivered, so it is in no replica's
+    pending list. Removing the group (and the sweeper, for a group long dead) gives
+    it back."""
+    from worker._groups import remove_group
+
+    k = seam.keys
+    await seam.call(  # what a replica's start-up writes, live for 1 s
+        "register",
+        [k.groups, k.group_info, k.live, k.consumers("desk"), k.tier(0)],
+        ["desk", "0", '{"identity":"{}"}', '{"scope":{}}', "ghost", 1000, "start"],
+    )
+    ask = asyncio.create_task(seam.ask(SEED, caller()))
+    await asyncio.sleep(0.3)
+    assert not ask.done()  # offered to a group nobody reads for
+    await until(lambda: _not_live(seam, "desk"))
+    assert await remove_group(seam, "desk") == 1
+    with pytest.raises(AskError) as err:
+        await asyncio.wait_for(ask, 5)
+    assert err.value.code is ErrorCode.NO_ANSWERER
+
+
+async def _not_live(seam: Seam, group: str) -> bool:
+    from worker._groups import live_replicas
+
+    return not await live_replicas(seam, group)
+
+
+# --- 8, 9, 10. a channel that misbehaves does not hold questions hostage -------------
+
+
+class Misbehaving(MemoryAnswerer):
+    """A channel whose hooks return garbage, raise or hang, as told."""
+
+    def __init__(self, **hooks: Any) -> None:
+        super().__init__()
+        self.hooks = hooks
+        self.retracted_ids: list[str] = []
+
+    async def _act(self, name: str, default: Any) -> Any:
+        behaviour = self.hooks.get(name, "ok")
+        if behaviour == "hang":
+            await asyncio.Event().wait()
+        if behaviour == "hang-ignoring-a-cancel":  # as a library that swallows one
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                await asyncio.Event().wait()
+        if behaviour == "raise":
+            raise RuntimeError(f"{name} broke")
+        return default if behaviour == "ok" else behaviour
+
+    async def decide(self, offer: Any) -> bool:
+        verdict: bool = await self._act("decide", True)
+        return verdict
+
+    async def answer_at_once(self, offer: Any) -> Any:
+        return await self._act("answer_at_once", None)
+
+    async def present(self, offer: Any) -> None:
+        await self._act("present", None)
+        await super().present(offer)
+
+    async def retract(self, retraction: Any) -> None:
+        if self.hooks.get("retract") == "hang-first" and not self.retracted_ids:
+            self.retracted_ids.append(retraction.request_id)
+            await asyncio.Event().wait()
+        self.retracted_ids.append(retraction.request_id)
+        await super().retract(retraction)
+
+
+@pytest.mark.parametrize(
+    "hooks",
+    [
+        {"answer_at_once": 42},
+        {"answer_at_once": (YES, 123)},
+        {"answer_at_once": (YES,)},
+        {"answer_at_once": "raise"},
+        {"answer_at_once": "hang"},
+        {"decide": "maybe"},
+        {"decide": "raise"},
+        {"decide": "hang"},
+        {"present": "raise"},
+        {"present": "hang"},
+        {"present": "hang-ignoring-a-cancel"},
+    ],
+    ids=lambda hooks: "-".join(f"{k}={v}" for k, v in hooks.items()),
+)
+async def test_8_9_a_hook_that_fails_or_hangs_passes_the_question_on(
+    backend: Backend, hooks: dict[str, Any]
+) -> None:
+    async with backend.seam(hook_timeout=0.5) as seam:
+        humans = MemoryAnswerer()
+        async with (
+            running(seam, Misbehaving(**hooks), "broken", priority=0, decision_window=0),
+            running(seam, humans, "humans", priority=1),
+        ):
+            started = time.monotonic()
+            ask = asyncio.create_task(seam.ask(SEED, caller()))
+            offer = await humans.next_presented(5)  # the waterfall moved on
+            assert time.monotonic() - started < 3
+            await humans.answer(offer.request_id, YES)
+            assert (await asyncio.wait_for(ask, 5)).to_json() == YES_JSON
+
+
+async def test_10_a_retract_that_hangs_does_not_stop_later_retractions(backend: Backend) -> None:
+    async with backend.seam(hook_timeout=30) as seam:
+        channel = Misbehaving(retract="hang-first")
+        async with running(seam, channel, "desk"):
+            turns = ["t1", "t2", "t3"]
+            asks = [asyncio.create_task(seam.ask(SEED, caller(turn=t))) for t in turns]
+            ids = [(await channel.next_presented()).request_id for _ in turns]
+            for turn in turns:
+                await seam.abort_turn(turn)
+            await asyncio.gather(*asks, return_exceptions=True)
+            # The first retraction hangs; the others still reach the channel.
+            await until(lambda: _async(len(channel.retracted_ids) == 3))
+            assert sorted(set(channel.retracted_ids)) == sorted(ids)
+
+
+async def _async(value: Any) -> Any:
+    return value
+
+
+async def test_10_a_remind_that_hangs_does_not_stop_retraction(backend: Backend) -> None:
+    class StuckReminder(MemoryAnswerer):
+        async def remind(self, offer: Any) -> None:
+            await asyncio.Event().wait()
+
+    async with backend.seam(hook_timeout=30) as seam:
+        from conftest import sweeping
+
+        channel = StuckReminder()
+        async with sweeping(backend), running(seam, channel, "desk", remind_after=0.1):
+            ask = asyncio.create_task(seam.ask(SEED, caller()))
+            await channel.next_presented()
+            await asyncio.sleep(0.5)  # the reminder fired and hangs
+            await seam.abort_turn("t1")
+            retraction = await channel.next_retracted(5)
+            assert retraction.state == "CANCELLED"
+            with pytest.raises(AskError):
+                await ask
+
+
+# --- 15. agent text shown as data ----------------------------------------------------
+
+
+def test_15_visible_writes_out_every_control_and_invisible_mark() -> None:
+    from worker._text import quoted, visible
+
+    deceptive = "Yes, drop it\x1b[2K\x1b[1G  1. No\u202e\x07\u200b\ufeff\r\x00"
+    shown = visible(deceptive)
+    assert shown == "Yes, drop it\\x1b[2K\\x1b[1G  1. No\\u202e\\x07\\u200b\\ufeff\\r\\x00"
+    assert visible("one\ntwo\tthree") == "one\\ntwo\\tthree"  # a label is one line
+    assert visible("one\ntwo", multiline=True) == "one\ntwo"  # a question may span lines
+    assert (
+        visible("emoji 👩\u200d💻, Persian می\u200cخواهم")
+        == "emoji 👩\u200d💻, Persian می\u200cخواهم"
+    )
+    assert quoted("x" * 1000).endswith('…" (1,000 characters)') and len(quoted("x" * 1000)) < 110

@@ -67,8 +67,8 @@ async def run_demo(*, auto: bool, redis_url: str | None) -> None:
         )
     kind = "auto" if auto else "console"
     answerer = load_answerer(kind)()
-    async with Seam(source, settings=settings) as seam:
-        try:
+    try:
+        async with Seam(source, settings=settings) as seam:
             runtime = AnswererRuntime(seam, answerer, group=f"demo-{kind}", priority=0)
             worker = await runtime.start()
             try:
@@ -84,9 +84,11 @@ async def run_demo(*, auto: bool, redis_url: str | None) -> None:
                 worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await worker
-        finally:
-            if redis_url is not None:
-                await _remove_keys(seam)
+    finally:
+        if redis_url is not None:
+            # After the seam closed: nothing of the demo's can write a key after this.
+            async with Seam(settings=settings) as cleaner:
+                await _remove_keys(cleaner)
 
 
 async def _remove_keys(seam: Seam) -> None:

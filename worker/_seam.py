@@ -212,7 +212,8 @@ class Seam:
         try:
             yield
         except CONNECTION_ERRORS as exc:
-            raise unavailable(self.settings, exc) from None
+            # The cause is kept: it tells whether the command was sent (NotConnected).
+            raise unavailable(self.settings, exc) from exc
 
     # --- scripts -------------------------------------------------------------------
 

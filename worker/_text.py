@@ -14,9 +14,15 @@ import re
 from collections.abc import Sequence
 
 # C0 and C1 controls (ESC, BEL, backspace, carriage return, ...), DEL, and the
-# invisible marks that reorder or hide text: bidi embeddings, overrides and isolates,
-# direction marks, the line and paragraph separators.
-_CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+# invisible characters that reorder, hide or fake text: bidi embeddings, overrides,
+# isolates and marks (U+061C, U+200E/F), the line and paragraph separators, the soft
+# hyphen, the zero-width space, word joiner and invisible operators, the BOM (so "No"
+# and "No" + U+200B cannot pass for one label). The zero-width (non-)joiners stay:
+# scripts and emoji need them.
+_CONTROLS = (
+    "\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u200b\u200e\u200f\u2028\u2029"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+)
 _HIDDEN_MULTILINE = re.compile(f"[{_CONTROLS}]")
 _HIDDEN = re.compile(f"[{_CONTROLS}\n\t]")
 

@@ -51,7 +51,19 @@ from ._redis_server import RedisServer
 
 PREFIX = "soak"
 TERMINAL = {"ANSWERED", "FAILED", "CANCELLED"}
-PER_REQUEST = {"req", "reply", "turn", "aborted", "inbox", "asked", "alive", "agent"}
+PER_REQUEST = {
+    "req",
+    "reply",
+    "payload",
+    "timeout",
+    "idem",
+    "turn",
+    "aborted",
+    "inbox",
+    "asked",
+    "alive",
+    "agent",
+}
 REPLICAS = 2
 
 # What an ask is (weights): where it goes and what it tests.

@@ -242,14 +242,14 @@ async def test_retracted_while_queued(desk: Desk) -> None:
     assert "[Name]" not in desk.text  # dropped, never shown
 
 
-async def answered_on_slack_while_prompting(desk: Desk) -> Answers:
-    """Another group of the tier (slack:U123) answers while the console prompts."""
+async def answered_on_slack_while_prompting(desk: Desk, by: str = "slack:U123") -> Answers:
+    """Another group of the tier (`by`) answers while the console prompts."""
     other = MemoryAnswerer()
     await desk.serve(other, "slack")
     asked = desk.ask(CONFIRM)
     await desk.until(PROMPT)
     offer = await other.next_presented(5)
-    await other.answer(offer.request_id, [{"id": "deploy", "selected": ["No"]}], by="slack:U123")
+    await other.answer(offer.request_id, [{"id": "deploy", "selected": ["No"]}], by=by)
     return await asyncio.wait_for(asked, 5)
 
 
@@ -466,13 +466,7 @@ async def test_typing_the_number_sends_the_label_shown_next_to_it(desk: Desk) ->
 
 
 async def test_who_answered_elsewhere_is_shown_as_data(desk: Desk) -> None:
-    other = MemoryAnswerer()
-    await desk.serve(other, "slack")
-    asked = desk.ask(CONFIRM)
-    await desk.until(PROMPT)
-    offer = await other.next_presented(5)
-    await other.answer(offer.request_id, [{"id": "deploy", "selected": ["No"]}], by="x\x1b[2Jy")
-    await asyncio.wait_for(asked, 5)
+    await answered_on_slack_while_prompting(desk, by="x\x1b[2Jy")
     await desk.until("✗ Confirm: retracted — answered elsewhere by x\\x1b[2Jy")
     assert "\x1b" not in desk.text
 

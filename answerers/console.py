@@ -46,8 +46,8 @@ from worker import (
     Offer,
     Question,
     Retraction,
+    visible,
 )
-from worker._text import visible
 
 log = logging.getLogger("askq.console")
 
@@ -106,6 +106,7 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
         self._line_open = False  # a prompt waits on the last line of the screen
         self._ui: asyncio.Task[None] | None = None
         self._transport: asyncio.BaseTransport | None = None
+        self._blocking_stdin: tuple[int, bool] | None = None  # (fd, was it blocking)
 
     @property
     def by(self) -> str:
@@ -137,6 +138,11 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
         await self._pass_on(held, "stopping")
         if self._transport is not None:
             self._transport.close()
+        if self._blocking_stdin is not None:
+            # connect_read_pipe made the terminal non-blocking; the shell shares it.
+            fd, blocking = self._blocking_stdin
+            with contextlib.suppress(OSError):
+                os.set_blocking(fd, blocking)
 
     async def _stdin_reader(self) -> asyncio.StreamReader:
         """A reader of this process's standard input; CONFIG_ERROR (one line, before the
@@ -155,6 +161,7 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
         fd = sys.stdin.fileno()
         if _loop_can_watch(loop, fd):  # a terminal, a pipe, a socket
             with contextlib.suppress(ValueError, OSError):
+                self._blocking_stdin = (fd, os.get_blocking(fd))
                 self._transport, _ = await loop.connect_read_pipe(
                     lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
                 )

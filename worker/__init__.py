@@ -25,6 +25,7 @@ from ._seam import AbortSignal, Seam, Status
 from ._settings import Settings
 from ._sweeper import Sweeper
 from ._sync import SyncSeam
+from ._text import quoted, visible
 from ._tool import TOOL_NAME, AskUserQuestionTool, ToolResult, input_schema, input_schema_json
 
 __all__ = [
@@ -62,5 +63,7 @@ __all__ = [
     "input_schema_json",
     "parse_answers",
     "parse_input",
+    "quoted",
     "scope_matches",
+    "visible",
 ]

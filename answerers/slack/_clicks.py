@@ -13,7 +13,15 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from worker import FINAL_REFUSALS, AskError, AskRequest, ErrorCode, GroupHandle, Question
+from worker import (
+    FINAL_REFUSALS,
+    AskError,
+    AskRequest,
+    ErrorCode,
+    GroupHandle,
+    Question,
+    visible,
+)
 
 from . import _blocks as blocks
 from ._api import call
@@ -90,7 +98,7 @@ class ClickHandler:
     async def ephemeral(self, channel: str | None, user: SlackUser, text: str) -> None:
         """Tell only the clicker; best effort (an ephemeral retried later would confuse)."""
         if channel is None:
-            log.info("no channel to tell %s: %s", user.id, text)
+            log.info("no channel to tell %s: %s", user.id, visible(text))
             return
         try:
             await call(
@@ -98,7 +106,7 @@ class ClickHandler:
                 self.client.chat_postEphemeral(channel=channel, user=user.id, text=text),
             )
         except Exception as exc:  # noqa: BLE001
-            log.warning("could not tell %s in %s (%s): %s", user.id, channel, exc, text)
+            log.warning("could not tell %s in %s (%s): %s", user.id, channel, exc, visible(text))
 
     async def _request(
         self, request_id: str, user: SlackUser, channel: str | None

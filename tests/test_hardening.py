@@ -479,3 +479,60 @@ def test_15_visible_writes_out_every_control_and_invisible_mark() -> None:
         == "emoji 👩\u200d💻, Persian می\u200cخواهم"
     )
     assert quoted("x" * 1000).endswith('…" (1,000 characters)') and len(quoted("x" * 1000)) < 110
+
+
+# --- 9. call_hook itself: inline until the hook waits, then a task it can give up on ---
+
+
+async def test_9_call_hook_runs_a_hook_inline_or_bounds_it() -> None:
+    from worker._hooks import call_hook
+
+    log: list[str] = []
+
+    async def at_once() -> str:
+        return "now"
+
+    async def raises_at_once() -> None:
+        raise ValueError("no")
+
+    async def waits(seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return "later"
+
+    async def waits_then_raises() -> None:
+        await asyncio.sleep(0)
+        raise ValueError("later no")
+
+    async def ignores_a_cancel() -> str:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            log.append("cancel ignored")
+            await asyncio.sleep(0.3)
+        return "too late"
+
+    async def records_its_cancel() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            log.append("cancelled")
+            raise
+
+    async def hook(call: Any, timeout: float = 1.0) -> Any:
+        return await call_hook("group g", "decide", "r1", call, timeout)
+
+    assert (await hook(at_once())).value == "now"
+    assert not (await hook(raises_at_once())).ok
+    assert (await hook(waits(0.01))).value == "later"
+    assert not (await hook(waits_then_raises())).ok
+    started = time.monotonic()
+    assert not (await hook(ignores_a_cancel(), 0.1)).ok
+    assert time.monotonic() - started < 0.25  # not waiting for the hook to give in
+    assert not (await hook(records_its_cancel(), 0.05)).ok
+    outer = asyncio.create_task(hook(records_its_cancel(), 10))
+    await asyncio.sleep(0.05)
+    outer.cancel()  # the runtime stopping: the hook is cancelled too
+    with pytest.raises(asyncio.CancelledError):
+        await outer
+    await asyncio.sleep(0.35)
+    assert log == ["cancel ignored", "cancelled", "cancelled"]

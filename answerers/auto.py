@@ -68,7 +68,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from worker import (
+from askq import (
     FINAL_REFUSALS,
     MAX_CUSTOM,
     RECOMMENDED_SUFFIX,

@@ -35,7 +35,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from worker import (
+from askq import (
     FINAL_REFUSALS,
     MAX_CUSTOM,
     Answerer,

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from worker import Answerer, AnswererOptions, Offer, Retraction
+from askq import Answerer, AnswererOptions, Offer, Retraction
 
 
 class MemoryAnswerer(Answerer[AnswererOptions]):

@@ -9,8 +9,8 @@ import contextlib
 import signal
 import sys
 
-from answerers.memory import MemoryAnswerer
-from worker import AnswererRuntime, Seam, Settings
+from askq import AnswererRuntime, Seam, Settings
+from askq.answerers.memory import MemoryAnswerer
 
 
 class Holder(MemoryAnswerer):

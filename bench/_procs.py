@@ -22,7 +22,7 @@ import psutil
 
 from ._common import ROOT
 
-ASKQ = [sys.executable, "-m", "worker"]
+ASKQ = [sys.executable, "-m", "askq"]
 LOGS = Path(tempfile.mkdtemp(prefix="askq-bench-logs-"))
 _children: list[Child] = []
 

@@ -22,7 +22,7 @@ import asyncio
 import random
 import sys
 
-from worker import (
+from askq import (
     FINAL_REFUSALS,
     Answerer,
     AnswererOptions,

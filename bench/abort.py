@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from worker import AskError, Caller, ErrorCode, Seam, Settings
+from askq import AskError, Caller, ErrorCode, Seam, Settings
 
 from . import _procs
 from ._common import QUESTION, Context, Latency, Section, new_prefix, now, wipe

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from worker import Caller, Seam
+from askq import Caller, Seam
 
 from . import _procs
 from ._common import (

@@ -9,7 +9,7 @@ tier is (median with k - median with 0) / k, set against one raw round trip.
 
 from __future__ import annotations
 
-from worker import Caller, Seam
+from askq import Caller, Seam
 
 from . import _procs
 from ._common import Context, Latency, Section, fmt_s, new_prefix, wipe

@@ -18,7 +18,7 @@ import sys
 
 import psutil
 
-from worker import Caller, Seam, Settings
+from askq import Caller, Seam, Settings
 
 from . import _procs
 from ._common import (

@@ -20,7 +20,7 @@ from pathlib import Path
 from pyinstrument import Profiler
 from pyinstrument.session import Session
 
-from worker import Seam
+from askq import Seam
 
 from . import _procs
 from ._common import new_prefix, wipe
@@ -92,7 +92,7 @@ async def profile(url: str, n: int, out: Path) -> None:
     worker = _procs.Child(
         "auto-profiled",
         [sys.executable, "-m", "pyinstrument", "-i", str(INTERVAL), "-r", "pyisession"]
-        + ["-o", str(worker_session), "-m", "worker", "worker", "auto"]
+        + ["-o", str(worker_session), "-m", "askq", "worker", "auto"]
         + ["--rules", str(_procs.RULES)],
         _procs.env(url, prefix),
         ready=": ready",

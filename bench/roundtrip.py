@@ -19,7 +19,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from worker import Caller, Seam
+from askq import Caller, Seam
 
 from . import _procs
 from ._common import QUESTION, Context, Latency, Section, new_prefix, wipe

@@ -43,7 +43,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from worker import AskError, Caller, ErrorCode, Seam, Settings, Settlement
+from askq import AskError, Caller, ErrorCode, Seam, Settings, Settlement
 
 from . import _procs
 from ._common import QUESTION, fmt_s, key_pattern

@@ -9,7 +9,7 @@ import time
 
 import psutil
 
-from worker import Caller, Seam
+from askq import Caller, Seam
 
 from . import _procs
 from ._common import QUESTION, Context, Section, new_prefix, redis_cpu, wipe

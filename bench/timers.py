@@ -25,8 +25,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from answerers.memory import MemoryAnswerer
-from worker import AnswererRuntime, AskError, Caller, Seam, Settings
+from askq import AnswererRuntime, AskError, Caller, Seam, Settings
+from askq.answerers.memory import MemoryAnswerer
 
 from . import _procs
 from ._common import QUESTION, new_prefix, percentile, redis_cpu

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import redis
 
-from worker import Answerer, AnswererRuntime, Seam, Settings
-from worker._demo import SEED_QUESTION
+from askq import Answerer, AnswererRuntime, Seam, Settings
+from askq._demo import SEED_QUESTION
 
 REAL_URL = os.environ.get("ASKQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,7 +167,7 @@ async def running(
 @contextlib.asynccontextmanager
 async def sweeping(backend: Backend, **overrides: Any) -> AsyncIterator[Any]:
     """Run a sweeper's timer loop (its own seam) for the duration of the block."""
-    from worker._sweeper import Sweeper
+    from askq._sweeper import Sweeper
 
     async with backend.seam(**overrides) as seam:
         sweeper = Sweeper(seam)

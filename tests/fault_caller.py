@@ -21,8 +21,8 @@ import random
 import sys
 import time
 
-from worker import AskError, Caller, ErrorCode, Seam, Settings
-from worker._demo import SEED_QUESTION
+from askq import AskError, Caller, ErrorCode, Seam, Settings
+from askq._demo import SEED_QUESTION
 
 GIVE_UP_AFTER = 60.0
 

@@ -21,7 +21,7 @@ import asyncio
 import sys
 from typing import Any
 
-from worker import (
+from askq import (
     FINAL_REFUSALS,
     Answerer,
     AnswererOptions,

@@ -12,9 +12,9 @@ import pytest
 from conftest import running
 from pydantic import ValidationError
 
-from answerers.auto import AutoAnswerer, AutoOptions
-from answerers.memory import MemoryAnswerer
-from worker import AskError, Caller, ErrorCode, Offer, Seam
+from askq import AskError, Caller, ErrorCode, Offer, Seam
+from askq.answerers.auto import AutoAnswerer, AutoOptions
+from askq.answerers.memory import MemoryAnswerer
 
 CALLER = Caller(agent_id="a", turn_id="t")
 

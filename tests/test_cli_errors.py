@@ -14,8 +14,8 @@ import pytest
 from conftest import SEED, Backend, running
 from test_processes import ASKQ, askq, worker_process
 
-from answerers.memory import MemoryAnswerer
-from worker import AskUserQuestionTool, Caller, ErrorCode, Seam
+from askq import AskUserQuestionTool, Caller, ErrorCode, Seam
+from askq.answerers.memory import MemoryAnswerer
 
 ESC = "\x1b"
 

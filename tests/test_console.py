@@ -15,10 +15,10 @@ import pytest
 from conftest import running
 from rich.console import Console
 
-from answerers.console import ConsoleAnswerer, ConsoleOptions
-from answerers.memory import MemoryAnswerer
-from worker import AnswererRuntime, Answers, AskError, Caller, ErrorCode, Retraction, Seam
-from worker._text import visible
+from askq import AnswererRuntime, Answers, AskError, Caller, ErrorCode, Retraction, Seam
+from askq._text import visible
+from askq.answerers.console import ConsoleAnswerer, ConsoleOptions
+from askq.answerers.memory import MemoryAnswerer
 
 CONFIRM = {
     "id": "deploy",
@@ -364,7 +364,7 @@ async def _never(request_id: str) -> bool:
 async def test_stopping_is_bounded_when_redis_does_not_answer(
     seam: Seam, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("answerers.console.RELEASE_WITHIN", 0.3, raising=False)
+    monkeypatch.setattr("askq.answerers.console.RELEASE_WITHIN", 0.3, raising=False)
     out, reader = io.StringIO(), asyncio.StreamReader()
     answerer = _console(reader, out)
     async with running(seam, answerer, "console"):
@@ -384,7 +384,7 @@ async def test_release_refused_after_end_of_input_is_tried_again(
 ) -> None:
     """The worker lives on after its input ended: a claim it failed to give back would
     wait on a live replica nobody sees, so it keeps trying."""
-    monkeypatch.setattr("answerers.console.RELEASE_RETRY", 0.05, raising=False)
+    monkeypatch.setattr("askq.answerers.console.RELEASE_RETRY", 0.05, raising=False)
     out, reader = io.StringIO(), asyncio.StreamReader()
     answerer = _console(reader, out)
     async with running(seam, answerer, "console"):

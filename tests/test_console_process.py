@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from conftest import NO_JSON, ROOT, SEED, Backend
 
-from worker import AskError, Caller, ErrorCode, Seam
+from askq import AskError, Caller, ErrorCode, Seam
 
-ASKQ = [sys.executable, "-m", "worker"]
+ASKQ = [sys.executable, "-m", "askq"]
 PIPE = asyncio.subprocess.PIPE
 
 

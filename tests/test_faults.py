@@ -34,15 +34,15 @@ import pytest
 import redis
 from conftest import ROOT, SEED, YES, YES_JSON, running
 
-from answerers.memory import MemoryAnswerer
+from askq import AskError, Caller, ErrorCode, Seam, Settings
+from askq.answerers.memory import MemoryAnswerer
 from bench._redis_server import RedisServer, redis_server_binary
-from worker import AskError, Caller, ErrorCode, Seam, Settings
 
 pytestmark = pytest.mark.real
 
 PREFIX = "f"
 TERMINAL = {"ANSWERED", "FAILED", "CANCELLED"}
-ASKQ = [sys.executable, "-m", "worker"]
+ASKQ = [sys.executable, "-m", "askq"]
 FAULT_WORKER = [sys.executable, str(ROOT / "tests" / "fault_worker.py")]
 FAULT_CALLER = [sys.executable, str(ROOT / "tests" / "fault_caller.py")]
 
@@ -558,7 +558,7 @@ async def test_two_prefixes_on_one_redis_each_get_their_maintenance(server: Redi
 
     from arq.worker import Worker
 
-    from worker._sweeper import worker_settings
+    from askq._sweeper import worker_settings
 
     rounds: Counter[str] = Counter()
     workers = []

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from conftest import SEED, YES, YES_JSON, Backend, running
 
-from answerers.memory import MemoryAnswerer
-from worker import AskError, AskUserQuestionTool, Caller, ErrorCode, Seam
-from worker._models import duration_ms, parse_answers, parse_input
+from askq import AskError, AskUserQuestionTool, Caller, ErrorCode, Seam
+from askq._models import duration_ms, parse_answers, parse_input
+from askq.answerers.memory import MemoryAnswerer
 
 DEPLOY = {
     "questions": [
@@ -294,7 +294,7 @@ async def test_7_a_replica_with_another_priority_or_scope_is_refused(seam: Seam)
 
 
 async def test_7_removing_a_group_gives_back_what_it_held_then_it_may_move(seam: Seam) -> None:
-    from worker._groups import prune_groups, remove_group
+    from askq._groups import prune_groups, remove_group
 
     holder = MemoryAnswerer()
     ask = None
@@ -323,7 +323,7 @@ async def test_7_an_offer_no_replica_ever_read_is_given_back(seam: Seam) -> None
     nor left): the offer made to it was never delivered, so it is in no replica's
     pending list. Removing the group (and the sweeper, for a group long dead) gives
     it back."""
-    from worker._groups import remove_group
+    from askq._groups import remove_group
 
     k = seam.keys
     await seam.call(  # what a replica's start-up writes, live for 1 s
@@ -342,7 +342,7 @@ async def test_7_an_offer_no_replica_ever_read_is_given_back(seam: Seam) -> None
 
 
 async def _not_live(seam: Seam, group: str) -> bool:
-    from worker._groups import live_replicas
+    from askq._groups import live_replicas
 
     return not await live_replicas(seam, group)
 
@@ -467,7 +467,7 @@ async def test_10_a_remind_that_hangs_does_not_stop_retraction(backend: Backend)
 
 
 def test_15_visible_writes_out_every_control_and_invisible_mark() -> None:
-    from worker._text import quoted, visible
+    from askq._text import quoted, visible
 
     deceptive = "Yes, drop it\x1b[2K\x1b[1G  1. No\u202e\x07\u200b\ufeff\r\x00"
     shown = visible(deceptive)
@@ -485,7 +485,7 @@ def test_15_visible_writes_out_every_control_and_invisible_mark() -> None:
 
 
 async def test_9_call_hook_runs_a_hook_inline_or_bounds_it() -> None:
-    from worker._hooks import call_hook
+    from askq._hooks import call_hook
 
     log: list[str] = []
 

@@ -22,9 +22,9 @@ from test_faults import (  # noqa: F401 - procs is a fixture, used by name
     seam_on,
 )
 
-from answerers.memory import MemoryAnswerer
+from askq import AskError, Caller, ErrorCode
+from askq.answerers.memory import MemoryAnswerer
 from bench._redis_server import RedisServer as Server
-from worker import AskError, Caller, ErrorCode
 
 pytestmark = pytest.mark.real
 
@@ -151,7 +151,7 @@ async def test_3_an_ask_whose_reply_was_lost_is_resent_and_answered(lossy: Serve
 async def test_3_an_ask_to_an_unreachable_redis_fails_at_once(lossy: Server) -> None:
     url = lossy.url
     lossy.stop()
-    from worker import Seam
+    from askq import Seam
 
     seam = Seam.from_url(url, socket_timeout=0.5)
     started = time.monotonic()

@@ -8,9 +8,9 @@ import asyncio
 import pytest
 from conftest import NO, SEED, YES, YES_JSON, Backend, running
 
-from answerers.memory import MemoryAnswerer
-from worker import AskError, Caller, ErrorCode, Seam
-from worker._sweeper import Sweeper
+from askq import AskError, Caller, ErrorCode, Seam
+from askq._sweeper import Sweeper
+from askq.answerers.memory import MemoryAnswerer
 
 
 def caller(turn: str = "t1") -> Caller:
@@ -108,7 +108,7 @@ async def test_live_caller_is_left_alone(backend: Backend, seam: Seam) -> None:
 
 
 async def test_tool_call_id_makes_the_tool_idempotent(seam: Seam) -> None:
-    from worker import AskUserQuestionTool
+    from askq import AskUserQuestionTool
 
     human = MemoryAnswerer(reply=lambda offer: YES)
     tool = AskUserQuestionTool(seam, timeout=30, on_timeout="default")
@@ -120,7 +120,7 @@ async def test_tool_call_id_makes_the_tool_idempotent(seam: Seam) -> None:
 
 
 async def test_tool_timeout_default_tells_the_model(seam: Seam) -> None:
-    from worker import AskUserQuestionTool
+    from askq import AskUserQuestionTool
 
     tool = AskUserQuestionTool(seam, timeout=0.2, on_timeout="default")
     async with running(seam, MemoryAnswerer(), "desk"):

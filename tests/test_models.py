@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from worker import (
+from askq import (
     TOOL_NAME,
     AskError,
     AskUserQuestionTool,
@@ -21,7 +21,7 @@ from worker import (
     parse_answers,
     parse_input,
 )
-from worker._models import MAX_OPTIONS, MAX_QUESTIONS
+from askq._models import MAX_OPTIONS, MAX_QUESTIONS
 
 GOLDEN = Path(__file__).parent / "golden" / "ask_user_question.input_schema.json"
 
@@ -264,8 +264,8 @@ def test_schema_matches_golden_file() -> None:
 
 def test_schema_is_byte_identical_across_processes() -> None:
     code = (
-        "import hashlib, worker;"
-        " print(hashlib.sha256(worker.input_schema_json().encode()).hexdigest())"
+        "import hashlib, askq;"
+        " print(hashlib.sha256(askq.input_schema_json().encode()).hexdigest())"
     )
     digests = {
         subprocess.run(

@@ -14,10 +14,10 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 from redis.exceptions import ResponseError
 
-from answerers.memory import MemoryAnswerer
-from worker import Caller, Seam
-from worker._connections import _HiredisPacking, _with_hiredis_packing
-from worker._pipeline import ScriptPipeline
+from askq import Caller, Seam
+from askq._connections import _HiredisPacking, _with_hiredis_packing
+from askq._pipeline import ScriptPipeline
+from askq.answerers.memory import MemoryAnswerer
 
 # Appends its argument to a list and returns the list's new length; fails on "boom".
 APPEND = """

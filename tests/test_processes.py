@@ -1,6 +1,6 @@
 """Across processes: the `askq` CLI, worker processes, SIGKILL, and cross-process abort.
 
-Each test starts real `askq` processes (python -m worker) against the backend under test
+Each test starts real `askq` processes (python -m askq) against the backend under test
 (fakeredis is served over TCP from the test process, so subprocesses reach it too).
 """
 
@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from conftest import NO_JSON, ROOT, SEED, YES, YES_JSON, Backend, _free_port, running
 
-from answerers.memory import MemoryAnswerer
-from worker import AskError, Caller, ErrorCode, Seam
-from worker._seam import RequestStatus
+from askq import AskError, Caller, ErrorCode, Seam
+from askq._seam import RequestStatus
+from askq.answerers.memory import MemoryAnswerer
 
-ASKQ = [sys.executable, "-m", "worker"]
+ASKQ = [sys.executable, "-m", "askq"]
 
 
 def askq(

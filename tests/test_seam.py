@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from conftest import NO, NO_JSON, SEED, YES, YES_JSON, Backend, running
 
-from answerers.memory import MemoryAnswerer
-from worker import AskError, AskUserQuestionTool, Caller, ErrorCode, Seam, Settlement, SyncSeam
+from askq import AskError, AskUserQuestionTool, Caller, ErrorCode, Seam, Settlement, SyncSeam
+from askq.answerers.memory import MemoryAnswerer
 
 CALLER = Caller(agent_id="agent-1", turn_id="turn-1")
 

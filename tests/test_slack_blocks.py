@@ -9,17 +9,17 @@ from typing import Any
 import pytest
 from slack_standin import block_problems
 
-from answerers.slack import Outcome, final_message, question_message
-from answerers.slack._blocks import custom_modal, fallback_text, final_text, mrkdwn
-from answerers.slack._clicks import build_answers
-from answerers.slack._interactions import (
+from askq import MAX_CUSTOM, Answer, Caller, Question
+from askq.answerers.slack import Outcome, final_message, question_message
+from askq.answerers.slack._blocks import custom_modal, fallback_text, final_text, mrkdwn
+from askq.answerers.slack._clicks import build_answers
+from askq.answerers.slack._interactions import (
     BlockActions,
     CustomSubmitted,
     MalformedInteraction,
     parse_interaction,
 )
-from answerers.slack._state import Picks
-from worker import MAX_CUSTOM, Answer, Caller, Question
+from askq.answerers.slack._state import Picks
 
 CALLER = Caller(agent_id="agent-7", turn_id="turn-1")
 RID = "0123456789abcdef0123456789abcdef"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from answerers.slack import SlackConfig, parse_routes
-from worker import AskError, ErrorCode, Settings
+from askq import AskError, ErrorCode, Settings
+from askq.answerers.slack import SlackConfig, parse_routes
 
 ROUTES = json.dumps(
     {

@@ -26,10 +26,10 @@ from slack_standin import (
     view_submission,
 )
 
-from answerers.memory import MemoryAnswerer
-from answerers.slack import SlackAnswerer
-from answerers.slack._interactions import SlackUser
-from worker import Answers, AskError, Caller, ErrorCode, Seam
+from askq import Answers, AskError, Caller, ErrorCode, Seam
+from askq.answerers.memory import MemoryAnswerer
+from askq.answerers.slack import SlackAnswerer
+from askq.answerers.slack._interactions import SlackUser
 
 __all__ = ["standin"]  # the fixture, imported so pytest finds it
 

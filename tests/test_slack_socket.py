@@ -17,8 +17,8 @@ from slack_standin import (
     standin,
 )
 
-from answerers.slack import SlackAnswerer
-from worker import AskError, Caller, ErrorCode, Seam
+from askq import AskError, Caller, ErrorCode, Seam
+from askq.answerers.slack import SlackAnswerer
 
 __all__ = ["standin"]  # the fixture, imported so pytest finds it
 
@@ -89,7 +89,7 @@ async def test_http_port_in_use_is_a_config_error(backend: Backend, standin: Sla
 
 def test_askq_worker_slack_without_settings_says_what_is_missing(backend: Backend) -> None:
     result = subprocess.run(
-        [PYTHON, "-m", "worker", "worker", "slack"],
+        [PYTHON, "-m", "askq", "worker", "slack"],
         env=backend.env(ASKQ_SLACK_ROUTES='{"*": "C0A"}'),
         capture_output=True,
         text=True,

@@ -10,10 +10,10 @@ from typing import Any
 from arq.worker import Worker
 from conftest import SEED, YES, YES_JSON, Backend, running
 
-from answerers.memory import MemoryAnswerer
-from worker import AskError, Caller, ErrorCode, RetryLater, Seam
-from worker._arq import close_worker
-from worker._sweeper import worker_settings
+from askq import AskError, Caller, ErrorCode, RetryLater, Seam
+from askq._arq import close_worker
+from askq._sweeper import worker_settings
+from askq.answerers.memory import MemoryAnswerer
 
 
 def caller(turn: str = "t1") -> Caller:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from conftest import SEED, YES, YES_JSON, Backend, running, sweeping
 
-from answerers.memory import MemoryAnswerer
-from worker import Answerer, AnswererOptions, AskError, Caller, ErrorCode, Offer, Seam
+from askq import Answerer, AnswererOptions, AskError, Caller, ErrorCode, Offer, Seam
+from askq.answerers.memory import MemoryAnswerer
 
 
 def caller(turn: str = "t1") -> Caller:

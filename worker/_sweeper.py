@@ -11,7 +11,7 @@
   whose heartbeat expired, release claims held by groups with no live replica
   (XAUTOCLAIM past `orphan_claim_after`), trim the tier streams.
 
-`WorkerSettings` is the arq worker (`arq worker._sweeper.WorkerSettings` also runs it).
+`WorkerSettings` is the arq worker (`arq askq._sweeper.WorkerSettings` also runs it).
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def worker_settings(settings: Settings | None = None) -> dict[str, Any]:
 
 
 def __getattr__(name: str) -> Any:
-    # `arq worker._sweeper.WorkerSettings`: built from the ASKQ_* variables when arq
+    # `arq askq._sweeper.WorkerSettings`: built from the ASKQ_* variables when arq
     # asks for it, not at import.
     if name == "WorkerSettings":
         return type("WorkerSettings", (), worker_settings())

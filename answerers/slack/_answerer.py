@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from worker import (
+from askq import (
     Answerer,
     AnswererOptions,
     AskError,

@@ -18,7 +18,7 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetr
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from worker import AskError, ErrorCode, RetryLater
+from askq import AskError, ErrorCode, RetryLater
 
 log = logging.getLogger("askq.slack")
 

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from worker import RECOMMENDED_SUFFIX, Answer, Caller, Question
+from askq import RECOMMENDED_SUFFIX, Answer, Caller, Question
 
 from . import _ids as ids
 from ._mrkdwn import cut_escaped, escape, mrkdwn

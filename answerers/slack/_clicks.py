@@ -13,7 +13,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from worker import (
+from askq import (
     FINAL_REFUSALS,
     AskError,
     AskRequest,

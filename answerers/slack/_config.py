@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import SecretStr
 
-from worker import AskError, ErrorCode, Settings
+from askq import AskError, ErrorCode, Settings
 
 from ._routes import Routes, parse_routes
 

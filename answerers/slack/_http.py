@@ -19,7 +19,7 @@ from collections.abc import Callable
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
-from worker import AskError, ErrorCode
+from askq import AskError, ErrorCode
 
 from ._interactions import Interaction, MalformedInteraction, parse_form_body, parse_interaction
 

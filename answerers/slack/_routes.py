@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from worker import AskError, ErrorCode, scope_matches
+from askq import AskError, ErrorCode, scope_matches
 
 ROUTES_VAR = "ASKQ_SLACK_ROUTES"
 ALLOWLIST_VAR = "ASKQ_SLACK_ALLOWLIST"

@@ -16,7 +16,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from worker import AskError, ErrorCode
+from askq import AskError, ErrorCode
 
 from ._api import slack_error
 from ._interactions import Interaction, MalformedInteraction, parse_interaction

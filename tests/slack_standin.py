@@ -27,6 +27,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from askq.answerers.slack import SlackSettings
+
 BOT_TOKEN = "xoxb-standin"
 APP_TOKEN = "xapp-standin"
 SIGNING_SECRET = "standin-signing-secret"
@@ -429,16 +431,18 @@ BOB = user("UBOB", "bob")
 MALLORY = user("UMALLORY", "mallory")
 
 
-def slack_settings(standin: SlackStandIn, **extra: Any) -> dict[str, Any]:
-    """Settings of a Slack worker talking to the stand-in over the HTTP endpoint."""
-    return {
-        "slack_bot_token": BOT_TOKEN,
-        "slack_signing_secret": SIGNING_SECRET,
-        "slack_routes": json.dumps(ROUTES),
-        "slack_allowlist": "UALICE",
-        "slack_api_url": standin.api_url,
-        "slack_socket_mode": False,
-        "slack_http_host": "127.0.0.1",
-        "slack_http_port": 0,
-        **extra,
+def slack_settings(standin: SlackStandIn, **extra: Any) -> SlackSettings:
+    """Settings of a Slack worker talking to the stand-in over the HTTP endpoint
+    (`extra`: by field name, or by `slack_` + field name as the variables have it)."""
+    fields: dict[str, Any] = {
+        "bot_token": BOT_TOKEN,
+        "signing_secret": SIGNING_SECRET,
+        "routes": json.dumps(ROUTES),
+        "allowlist": "UALICE",
+        "api_url": standin.api_url,
+        "socket_mode": False,
+        "http_host": "127.0.0.1",
+        "http_port": 0,
     }
+    fields.update({name.removeprefix("slack_"): value for name, value in extra.items()})
+    return SlackSettings(**fields)

@@ -294,19 +294,17 @@ async def test_7_a_replica_with_another_priority_or_scope_is_refused(seam: Seam)
 
 
 async def test_7_removing_a_group_gives_back_what_it_held_then_it_may_move(seam: Seam) -> None:
-    from askq._groups import prune_groups, remove_group
-
     holder = MemoryAnswerer()
     ask = None
     async with running(seam, holder, "desk", priority=10, decision_window=0):
         ask = asyncio.create_task(seam.ask(SEED, caller()))
         await holder.next_presented()
         with pytest.raises(AskError) as err:
-            await remove_group(seam, "desk")
+            await seam.registry.remove("desk")
         assert err.value.code is ErrorCode.CONFIG_ERROR and "live replica" in err.value.message
     # Stopped, its claim held: removing it moves the request on (no tier left).
     assert not ask.done()
-    assert await remove_group(seam, "desk") == 1
+    assert await seam.registry.remove("desk") == 1
     with pytest.raises(AskError) as err:
         await asyncio.wait_for(ask, 5)
     assert err.value.code is ErrorCode.NO_ANSWERER
@@ -314,7 +312,7 @@ async def test_7_removing_a_group_gives_back_what_it_held_then_it_may_move(seam:
     async with running(seam, MemoryAnswerer(reply=lambda o: YES), "desk", priority=5):
         assert (await seam.ask(SEED, caller())).to_json() == YES_JSON
     async with running(seam, MemoryAnswerer(), "live", priority=1):
-        assert await prune_groups(seam) == ["desk"]
+        assert await seam.registry.prune() == ["desk"]
         assert set(await seam.redis.hkeys(seam.keys.groups)) == {"live"}
 
 
@@ -323,28 +321,24 @@ async def test_7_an_offer_no_replica_ever_read_is_given_back(seam: Seam) -> None
     nor left): the offer made to it was never delivered, so it is in no replica's
     pending list. Removing the group (and the sweeper, for a group long dead) gives
     it back."""
-    from askq._groups import remove_group
+    from askq._registry import GroupSpec
 
-    k = seam.keys
-    await seam.call(  # what a replica's start-up writes, live for 1 s
-        "register",
-        [k.groups, k.group_info, k.live, k.consumers("desk"), k.tier(0)],
-        ["desk", "0", '{"identity":"{}"}', '{"scope":{}}', "ghost", 1000, "start"],
+    ghost = GroupSpec("desk", 0, "memory")
+    await seam.scripts.register(  # what a replica's start-up writes, live for 1 s
+        ghost.name, ghost.priority, ghost.info, ghost.identity, "ghost", 1000, "start"
     )
     ask = asyncio.create_task(seam.ask(SEED, caller()))
     await asyncio.sleep(0.3)
     assert not ask.done()  # offered to a group nobody reads for
     await until(lambda: _not_live(seam, "desk"))
-    assert await remove_group(seam, "desk") == 1
+    assert await seam.registry.remove("desk") == 1
     with pytest.raises(AskError) as err:
         await asyncio.wait_for(ask, 5)
     assert err.value.code is ErrorCode.NO_ANSWERER
 
 
 async def _not_live(seam: Seam, group: str) -> bool:
-    from askq._groups import live_replicas
-
-    return not await live_replicas(seam, group)
+    return not await seam.registry.live_replicas(group)
 
 
 # --- 8, 9, 10. a channel that misbehaves does not hold questions hostage -------------

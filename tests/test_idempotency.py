@@ -25,7 +25,7 @@ async def test_restarted_caller_reattaches_and_is_not_asked_twice(
         async with backend.seam() as crashed:  # the agent process before its restart
             pending = asyncio.create_task(crashed.ask(SEED, caller("t2"), idempotency_key="call-2"))
             offer = await human.next_presented()
-            await crashed._waiter.aclose()  # the process "dies": it stops listening
+            await crashed.asking.waiter.aclose()  # the process "dies": it stops listening
             async with backend.seam() as restarted:
                 again = asyncio.create_task(
                     restarted.ask(SEED, caller("t2"), idempotency_key="call-2")
@@ -81,9 +81,9 @@ async def test_gone_caller_is_cancelled_by_the_sweeper(backend: Backend, seam: S
         task = asyncio.create_task(gone.ask(SEED, caller()))
         offer = await human.next_presented()
         # The process dies: no more heartbeats, nobody listening.
-        assert gone._beating is not None
-        gone._beating.cancel()
-        await gone._waiter.aclose()
+        assert gone.asking._beating is not None
+        gone.asking._beating.cancel()
+        await gone.asking.waiter.aclose()
         task.cancel()
         await asyncio.sleep(0.8)
         sweeper = Sweeper(seam)

@@ -22,8 +22,8 @@ for name in ("askq", "askq.answerers", "askq.answerers.slack", "worker", "answer
         out[name] = importlib.import_module(name).__file__
     except ImportError:
         out[name] = None
-from askq._scripts import source
-out["lua"] = "redis.call" in source("ask")
+from askq._lua import load
+out["lua"] = "redis.call" in load("ask").text
 out["entry_points"] = sorted(
     f"{ep.name}={ep.value}" for ep in md.distribution("askq").entry_points
     if ep.group == "askq.answerers"

@@ -101,8 +101,8 @@ async def test_many_asks_of_one_process_share_pipelines(backend: Backend, seam: 
             )
         assert {r.to_json() for r in results} == {YES_JSON}
         for side in (seam, worker_seam):
-            assert side._pipeline.calls >= 200
-            assert side._pipeline.batches < side._pipeline.calls / 2
+            assert side.scripts.pipeline.calls >= 200
+            assert side.scripts.pipeline.batches < side.scripts.pipeline.calls / 2
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from askq import AskError, ErrorCode, Settings
-from askq.answerers.slack import SlackConfig, parse_routes
+from askq import AskError, ErrorCode
+from askq.answerers.slack import SlackConfig, SlackSettings, parse_routes
 
 ROUTES = json.dumps(
     {
@@ -19,14 +19,15 @@ ROUTES = json.dumps(
 )
 
 
-def settings(**changes: Any) -> Settings:
+def settings(**changes: Any) -> SlackSettings:
     base: dict[str, Any] = {
-        "slack_bot_token": "xoxb-1",
-        "slack_app_token": "xapp-1",
-        "slack_routes": ROUTES,
-        "slack_allowlist": "U0ALICE, U0CAROL",
+        "bot_token": "xoxb-1",
+        "app_token": "xapp-1",
+        "routes": ROUTES,
+        "allowlist": "U0ALICE, U0CAROL",
     }
-    return Settings(**{**base, **changes})
+    changed = {name.removeprefix("slack_"): value for name, value in changes.items()}
+    return SlackSettings(**{**base, **changed})
 
 
 def config_error(**changes: Any) -> str:
@@ -74,14 +75,14 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("ASKQ_SLACK_ROUTES", '{"*": "C0ENV"}')
     monkeypatch.setenv("ASKQ_SLACK_ALLOWLIST", '["U0ENV"]')
     monkeypatch.setenv("ASKQ_SLACK_HTTP_PORT", "8080")
-    config = SlackConfig.from_settings(Settings())
+    config = SlackConfig.from_settings(SlackSettings.from_env())
     assert (config.bot_token, config.signing_secret, config.http_port) == (
         "xoxb-env",
         "env-secret",
         8080,
     )
     assert not config.socket_mode
-    assert "env-secret" not in repr(Settings())  # secrets stay out of logs
+    assert "env-secret" not in repr(SlackSettings())  # secrets stay out of logs
 
 
 @pytest.mark.parametrize(

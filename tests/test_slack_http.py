@@ -88,8 +88,8 @@ async def slack_worker(
     escalate_after: float | None = None,
     **extra: Any,
 ) -> AsyncIterator[SlackAnswerer]:
-    async with backend.seam(**slack_settings(standin, **extra)) as worker_seam:
-        answerer = SlackAnswerer()
+    async with backend.seam() as worker_seam:
+        answerer = SlackAnswerer(settings=slack_settings(standin, **extra))
         async with running(
             worker_seam, answerer, group, priority, consumer=consumer, escalate_after=escalate_after
         ):
@@ -538,9 +538,9 @@ async def test_a_post_that_keeps_failing_is_released_after_its_tries(
     for _ in range(2):
         standin.fail_next("chat.postMessage", status=500, error="internal_error")
     memory = MemoryAnswerer(reply=lambda o: [{"id": "cleanup", "selected": ["No, keep them"]}])
-    async with backend.seam(**slack_settings(standin)) as worker_seam:
+    async with backend.seam() as worker_seam:
         async with (
-            running(worker_seam, QuickToGiveUp(), "slack", 0),
+            running(worker_seam, QuickToGiveUp(settings=slack_settings(standin)), "slack", 0),
             running(seam, memory, "humans", 10),
         ):
             assert "No, keep them" in await answered(asking(seam, SEED))

@@ -18,14 +18,14 @@ from slack_standin import (
 )
 
 from askq import AskError, Caller, ErrorCode, Seam
-from askq.answerers.slack import SlackAnswerer
+from askq.answerers.slack import SlackAnswerer, SlackSettings
 
 __all__ = ["standin"]  # the fixture, imported so pytest finds it
 
 CALLER = Caller(agent_id="agent-7", turn_id="turn-1")
 
 
-def socket_settings(standin: SlackStandIn, **extra: Any) -> dict[str, Any]:
+def socket_settings(standin: SlackStandIn, **extra: Any) -> SlackSettings:
     socket_mode = {
         "slack_app_token": APP_TOKEN,
         "slack_socket_mode": None,  # the default: on, since the app token is set
@@ -37,8 +37,8 @@ def socket_settings(standin: SlackStandIn, **extra: Any) -> dict[str, Any]:
 async def test_a_click_over_socket_mode_answers(
     backend: Backend, seam: Seam, standin: SlackStandIn
 ) -> None:
-    async with backend.seam(**socket_settings(standin)) as worker_seam:
-        slack = SlackAnswerer()
+    async with backend.seam() as worker_seam:
+        slack = SlackAnswerer(settings=socket_settings(standin))
         async with running(worker_seam, slack, "slack"):
             await standin.wait_connected()
             assert slack.http_port is None  # no HTTP endpoint in Socket Mode
@@ -65,9 +65,10 @@ async def test_a_click_over_socket_mode_answers(
 async def test_tokens_slack_refuses_stop_the_worker_at_start_up(
     backend: Backend, standin: SlackStandIn, changes: dict[str, Any], message: str
 ) -> None:
-    async with backend.seam(**socket_settings(standin, **changes)) as worker_seam:
+    async with backend.seam() as worker_seam:
         with pytest.raises(AskError) as info:
-            async with running(worker_seam, SlackAnswerer(), "slack"):
+            slack = SlackAnswerer(settings=socket_settings(standin, **changes))
+            async with running(worker_seam, slack, "slack"):
                 pass
     assert info.value.code is ErrorCode.CONFIG_ERROR
     assert message in info.value.message
@@ -75,13 +76,14 @@ async def test_tokens_slack_refuses_stop_the_worker_at_start_up(
 
 
 async def test_http_port_in_use_is_a_config_error(backend: Backend, standin: SlackStandIn) -> None:
-    async with backend.seam(**slack_settings(standin)) as first_seam:
-        first = SlackAnswerer()
+    async with backend.seam() as first_seam:
+        first = SlackAnswerer(settings=slack_settings(standin))
         async with running(first_seam, first, "slack"):
             port = first.http_port
-            async with backend.seam(**slack_settings(standin, slack_http_port=port)) as second:
+            async with backend.seam() as second:
                 with pytest.raises(AskError) as info:
-                    async with running(second, SlackAnswerer(), "slack"):
+                    clash = SlackAnswerer(settings=slack_settings(standin, http_port=port))
+                    async with running(second, clash, "slack"):
                         pass
     assert info.value.code is ErrorCode.CONFIG_ERROR
     assert f"cannot listen on 127.0.0.1:{port}" in info.value.message

@@ -14,19 +14,24 @@ from ._models import (
     Offer,
     Option,
     Question,
+    RequestState,
+    RequestStatus,
     Retraction,
     Settlement,
+    Status,
     parse_answers,
     parse_input,
     scope_matches,
 )
 from ._runtime import AnswererRuntime
-from ._seam import AbortSignal, Seam, Status
-from ._settings import Settings
+from ._seam import Seam
+from ._settings import ChannelSettings, Settings
+from ._store import ChannelStore
 from ._sweeper import Sweeper
 from ._sync import SyncSeam
 from ._text import quoted, visible
 from ._tool import TOOL_NAME, AskUserQuestionTool, ToolResult, input_schema, input_schema_json
+from ._types import AbortSignal, OnTimeout
 
 __all__ = [
     "FINAL_REFUSALS",
@@ -43,12 +48,17 @@ __all__ = [
     "AskInput",
     "AskRequest",
     "Caller",
+    "ChannelSettings",
+    "ChannelStore",
     "ErrorCode",
     "GroupHandle",
     "Keys",
     "Offer",
+    "OnTimeout",
     "Option",
     "Question",
+    "RequestState",
+    "RequestStatus",
     "Retraction",
     "RetryLater",
     "Seam",

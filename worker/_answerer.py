@@ -9,16 +9,19 @@ group, not to the replica that showed the question.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict
 
 from ._errors import AskError, ErrorCode
-from ._models import Answers, Offer, Retraction
+from ._models import Answers, AskRequest, Offer, Retraction, Settlement
+from ._types import Sender
 
 if TYPE_CHECKING:
-    from ._seam import Seam
+    from ._answering import Answering
+    from ._requests import Requests
+    from ._store import ChannelStore
 
 
 # An answer refused with one of these will never be accepted, whoever retries it.
@@ -33,10 +36,6 @@ class RetryLater(Exception):  # noqa: N818 - it is an instruction, not an error
         self.seconds = float(seconds)
 
 
-# Enqueue a send: (job name, JSON-able keyword arguments).
-Sender = Callable[[str, dict[str, Any]], Awaitable[None]]
-
-
 class AnswererOptions(BaseModel):
     """An answerer's own settings (its `askq worker KIND --option value` flags)."""
 
@@ -44,22 +43,43 @@ class AnswererOptions(BaseModel):
 
 
 class GroupHandle:
-    """What an answerer may do on behalf of its group."""
+    """What an answerer may do on behalf of its group, and all it needs: its group's
+    requests (`request`, `holds`, `settlement`), answering and releasing, a store of its
+    own in Redis (`store`), and retried sends (`send`). A channel never sees the seam,
+    the Redis client or the key schema behind it."""
 
     def __init__(
         self,
-        seam: Seam,
-        group: str,
+        name: str,
         *,
+        answering: Answering,
+        requests: Requests,
+        store: ChannelStore,
+        priority: int | None = None,
         take: Callable[[str], Offer | None] | None = None,
         restore: Callable[[Offer], None] | None = None,
         sender: Sender | None = None,
     ) -> None:
-        self.seam = seam
-        self.name = group
+        self.name = name
+        self.store = store
+        self._answering = answering
+        self._requests = requests
+        self._priority = priority
         self._sender = sender
         self._take = take or (lambda request_id: None)
         self._restore = restore or (lambda offer: None)
+
+    async def request(self, request_id: str) -> AskRequest:
+        """The request: its questions, scope and caller. NOT_FOUND once expired."""
+        return await self._requests.request(request_id)
+
+    async def holds(self, request_id: str) -> bool:
+        """Whether the request is pending with this group holding a claim on it."""
+        return await self._requests.holds(request_id, self.name)
+
+    async def settlement(self, request_id: str) -> Settlement | None:
+        """How the request settled (who answered, with what), while it is kept."""
+        return await self._requests.settlement(request_id)
 
     async def answer(self, request_id: str, answers: Any, *, by: str) -> Answers:
         """Submit an answer; raises AskError (ALREADY_SETTLED, INVALID_REQUEST, ...).
@@ -70,7 +90,9 @@ class GroupHandle:
         # come back to it as "answered elsewhere".
         shown = self._take(request_id)
         try:
-            return await self.seam.answer(request_id, self.name, answers, by=by)
+            return await self._answering.answer(
+                request_id, self.name, answers, by=by, tier=self._priority
+            )
         except BaseException as exc:
             final = isinstance(exc, AskError) and exc.code in FINAL_REFUSALS
             if shown is not None and not final:
@@ -80,7 +102,7 @@ class GroupHandle:
     async def release(self, request_id: str) -> bool:
         """Give the claim back (the question could not be shown, or the human passed)."""
         self._take(request_id)
-        return await self.seam.release(request_id, self.name)
+        return await self._answering.release(request_id, self.name)
 
     async def send(self, job: str, /, **kwargs: Any) -> None:
         """Run `answerer.<job>(**kwargs)` as a retried side effect (a Slack post, an

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from redis.asyncio import Redis
 
 from ._connections import CONNECTION_ERRORS
+from ._errors import AskError, ErrorCode
 
 log = logging.getLogger("askq.blocking")
 
@@ -83,7 +84,9 @@ class BlockingLoop:
                 if self._closing:
                     return
                 raise_if_cancelled()
-                if isinstance(exc, CONNECTION_ERRORS):
+                if isinstance(exc, CONNECTION_ERRORS) or (
+                    isinstance(exc, AskError) and exc.code is ErrorCode.REDIS_UNAVAILABLE
+                ):
                     log.warning("%s lost its connection (%s); reconnecting", self.name, exc)
                     await self._drop_conn()
                 else:

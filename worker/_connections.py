@@ -9,7 +9,9 @@ busy it waits for one instead of opening another.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -133,6 +135,23 @@ def redacted(url: str) -> str:
         + (f"?{query}" if query else "")
         + (f"#{parts.fragment}" if parts.fragment else "")
     )
+
+
+async def server_ms(redis: Redis) -> int:
+    """The server's clock, in ms: deadlines and liveness are all on it."""
+    seconds, micros = await redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+@contextlib.contextmanager
+def redis_errors(settings: Settings) -> Iterator[None]:
+    """The one translation of a lost or unreachable server into an AskError
+    (REDIS_UNAVAILABLE, naming the URL without its password). The cause is kept: it
+    tells whether the command was sent (NotConnected) or may have run."""
+    try:
+        yield
+    except CONNECTION_ERRORS as exc:
+        raise unavailable(settings, exc) from exc
 
 
 def unavailable(settings: Settings, exc: BaseException) -> AskError:

@@ -19,7 +19,7 @@ import uuid
 from rich.console import Console
 from rich.text import Text
 
-from ._connections import redacted
+from ._connections import redacted, redis_errors
 from ._models import Caller
 from ._plugins import load_answerer
 from ._runtime import AnswererRuntime
@@ -93,7 +93,7 @@ async def run_demo(*, auto: bool, redis_url: str | None) -> None:
 
 async def _remove_keys(seam: Seam) -> None:
     """Leave nothing behind on a real Redis: every key under the demo's own prefix."""
-    with seam.redis_errors():
+    with redis_errors(seam.settings):
         keys = [key async for key in seam.redis.scan_iter(match=seam.keys.pattern, count=1000)]
         for start in range(0, len(keys), 500):
             await seam.redis.delete(*keys[start : start + 500])

@@ -1,4 +1,19 @@
-"""The one exception type of askq, and the exit status of each error code."""
+"""The one exception type of askq, and the exit status of each error code.
+
+    AskError(code, message)            every failure askq reports, the message for the model
+      NO_ANSWERER, ABORTED,            an ask's outcomes the model sees in its tool result
+      DELEGATED_CALLER,                (raised by Seam.ask, returned by the tool)
+      INVALID_REQUEST, TIMED_OUT
+      ALREADY_SETTLED, NOT_CLAIMED     an answer refused (Seam.answer, GroupHandle.answer)
+      NOT_FOUND                        a request unknown or expired
+      REDIS_UNAVAILABLE                Redis out of reach (translated where Redis is called:
+                                       connections.redis_errors)
+      CONFIG_ERROR                     bad settings, options, or a group's registration
+      INTERNAL                         a bug, or a reply askq did not expect
+
+Lower-level errors (redis-py's, pydantic's) never reach the caller as they are: they are
+turned into an AskError at the one place that calls the library.
+"""
 
 from __future__ import annotations
 
@@ -40,16 +55,6 @@ EXIT_STATUS: dict[ErrorCode, int] = {
     ErrorCode.REDIS_UNAVAILABLE: 11,
     ErrorCode.CONFIG_ERROR: 12,
 }
-
-
-ABORTED_MESSAGE = (
-    "The user aborted this turn, so the question was withdrawn. Stop here and wait for"
-    " the user's next message."
-)
-TIMED_OUT_MESSAGE = (
-    "Nobody answered this question in time. Continue with your best judgement, or report"
-    " the open question in your final result."
-)
 
 
 class AskError(Exception):

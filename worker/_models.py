@@ -12,8 +12,9 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from enum import StrEnum
 from fnmatch import fnmatchcase
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -142,9 +143,26 @@ class AskRequest(_Strict):
     idempotency: str | None = None
 
 
-SettlementState = Literal["ANSWERED", "FAILED", "CANCELLED"]
+class RequestState(StrEnum):
+    """Where a request is in its state machine (lua/README.md; DESIGN §4)."""
+
+    # Offered to the groups of one tier; none of them holds a claim yet.
+    OFFERED = "OFFERED"
+    # One or more groups of the tier hold a claim: their humans may be looking at it.
+    CLAIMED = "CLAIMED"
+    # A valid answer was accepted (or the ask's timeout settled it with its default).
+    ANSWERED = "ANSWERED"
+    # Nobody could answer it (NO_ANSWERER), or Redis lost it.
+    FAILED = "FAILED"
+    # Withdrawn: the turn was aborted, the caller gave up or is gone, or it timed out.
+    CANCELLED = "CANCELLED"
+
+
 # The states a request never leaves (common.lua's TERMINAL).
-TERMINAL: frozenset[str] = frozenset(get_args(SettlementState))
+TERMINAL: frozenset[RequestState] = frozenset(
+    {RequestState.ANSWERED, RequestState.FAILED, RequestState.CANCELLED}
+)
+SettlementState = Literal["ANSWERED", "FAILED", "CANCELLED"]
 
 
 class Settlement(BaseModel):
@@ -178,10 +196,11 @@ class Offer(_Strict):
 
 
 class Retraction(_Strict):
-    """A question an answerer showed is no longer its to answer."""
+    """A question an answerer showed is no longer its to answer: it settled (ANSWERED,
+    FAILED, CANCELLED) or moved on to another tier (OFFERED: escalated, released)."""
 
     request_id: str
-    state: str  # ANSWERED | FAILED | CANCELLED | OFFERED (moved on to another tier)
+    state: RequestState
     code: str | None = None
     by: str | None = None
 
@@ -194,6 +213,38 @@ class Retraction(_Strict):
         if self.state == "FAILED":
             return "no longer pending"
         return "escalated to another answerer"
+
+
+class RequestStatus(BaseModel):
+    """One request as `askq status` shows it."""
+
+    id: str
+    state: RequestState
+    tier: int | None
+    undecided: list[str]
+    claimers: list[str]
+    header: str
+    agent: str
+    turn: str
+    age_seconds: float
+    by: str = ""
+    code: str = ""
+
+
+class GroupStatus(BaseModel):
+    """One answerer group as `askq status` shows it."""
+
+    name: str
+    priority: int
+    kind: str = ""
+    scope: dict[str, str] = {}
+    live_consumers: int
+    pending: int
+
+
+class Status(BaseModel):
+    groups: list[GroupStatus]
+    requests: list[RequestStatus]
 
 
 REQUEST_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

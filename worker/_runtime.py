@@ -3,21 +3,24 @@
 A group is a consumer group on its tier's stream; each replica is a consumer. The
 replica:
 
-1. registers: creates the consumer group (before it is live, so no offer made to it is
-   missed), records the group's priority and scope, then heartbeats (live);
+1. registers (lua/register: the consumer group first, so no offer made to it is missed;
+   the group's priority and scope; live), then heartbeats, every beat registering again
+   whatever Redis lost;
 2. reads offers with XREADGROUP BLOCK (never polls), and for each decides by scope and
-   by the answerer, accepts or declines (atomic scripts), and presents what it claimed;
-3. reads the events stream (XREAD BLOCK) and retracts what settled elsewhere;
-4. on each heartbeat, takes over the pending entries of replicas of its group whose
-   heartbeat has lapsed (XCLAIM), and on start re-reads its own pending entries, so a
-   replica killed at any point loses nothing.
+   by the answerer, accepts or declines, and presents what it claimed;
+3. reads the events stream and retracts what settled elsewhere (`_shown.py`);
+4. once a period, takes over the entries of replicas of its group whose heartbeat has
+   lapsed, and on start re-reads its own pending entries, so a replica killed at any
+   point loses nothing.
+
+Every answerer hook runs bounded (`_hooks.py`): a channel that fails, hangs or answers
+with something that is not an answer passes the question on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import re
@@ -35,10 +38,14 @@ from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
 from ._heartbeat import keep_beating
 from ._hooks import HookResult, call_hook
-from ._keys import split_groups
-from ._models import TERMINAL, AskRequest, Offer, Retraction, duration_ms, scope_matches
-from ._seam import RequestInfo, Seam
+from ._models import AskRequest, Offer, duration_ms, scope_matches
+from ._registry import GroupSpec
+from ._replies import Reply
+from ._requests import RequestInfo
+from ._seam import Seam
 from ._sends import SendQueue
+from ._shown import Shown
+from ._store import ChannelStore
 from ._text import cut, visible
 
 log = logging.getLogger("askq.runtime")
@@ -46,7 +53,6 @@ log = logging.getLogger("askq.runtime")
 GROUP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 READ_COUNT = 64
 MAX_IN_FLIGHT = 256
-RECOVER_BATCH = 100
 
 
 def stop_on_signals() -> asyncio.Event:
@@ -81,17 +87,9 @@ def _ms(seconds: float | None, name: str) -> int:
 
 def _is_answer_at_once(value: Any) -> bool:
     """What `Answerer.answer_at_once` promises besides None: (answers, who gave them)."""
-    return (
-        isinstance(value, tuple)
-        and len(value) == 2
-        and isinstance(value[1], str)
-        and bool(value[1])
-    )
-
-
-def _stream_id(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
+    if not (isinstance(value, tuple) and len(value) == 2):
+        return False
+    return isinstance(value[1], str) and bool(value[1])
 
 
 class AnswererRuntime:
@@ -117,54 +115,59 @@ class AnswererRuntime:
                 ErrorCode.CONFIG_ERROR,
                 f"group name {group!r}: use 1-64 letters, digits, '_', '.' or '-'",
             )
+        settings = seam.settings
         self.seam = seam
         self.answerer = answerer
         self.group = group
         self.priority = int(priority)
+        if not -(2**31) <= self.priority < 2**31:
+            raise AskError(ErrorCode.CONFIG_ERROR, f"priority {self.priority}: out of range")
         self.scope = dict(scope or {})
-        window = seam.settings.decision_window if decision_window is None else decision_window
+        window = settings.decision_window if decision_window is None else decision_window
         self.timing = {
             "decision_window_ms": _ms(window, "decision_window"),
             "escalate_ms": _ms(escalate_after, "escalate_after"),
             "remind_ms": _ms(remind_after, "remind_after"),
         }
-        if not -(2**31) <= self.priority < 2**31:
-            raise AskError(ErrorCode.CONFIG_ERROR, f"priority {self.priority}: out of range")
+        self.spec = GroupSpec(group, self.priority, answerer.kind, self.scope, self.timing)
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{id(self):x}"
         self.stream = seam.keys.tier(self.priority)
-        self.presented: dict[str, Offer] = {}
+        self.hook_timeout = settings.hook_timeout
         self.ready = asyncio.Event()
-        self.sends = SendQueue(seam.settings, seam.keys.queue(f"sends:{group}"), answerer)
-        self._handle = GroupHandle(
-            seam,
+        self.sends = SendQueue(settings, seam.keys.queue(f"sends:{group}"), answerer)
+        block_ms = int(settings.block_seconds * 1000)
+        self.shown = Shown(
             group,
-            take=lambda request_id: self.presented.pop(request_id, None),
-            restore=self._show,
+            self.priority,
+            seam.keys,
+            seam.requests,
+            answerer.retract,
+            answerer.remind,
+            self._in_background,
+            block_ms,
+        )
+        self._handle = GroupHandle(
+            group,
+            answering=seam.answering,
+            requests=seam.requests,
+            store=ChannelStore(seam.redis, seam.keys.base, answerer.kind, settings),
+            priority=self.priority,
+            take=self.shown.take,
+            restore=self.shown.show,
             sender=self.sends.enqueue if answerer.uses_sends else None,
         )
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._events_from = "$"
-        self._showing = asyncio.Event()  # set while this replica shows something
         self._own_cursor: str | None = "0"
-        self._block_ms = int(seam.settings.block_seconds * 1000)
-        self._period = seam.settings.consumer_ttl / 3
-        self.hook_timeout = seam.settings.hook_timeout
+        self._block_ms = block_ms
+        self._period = settings.consumer_ttl / 3
         self._stop = asyncio.Event()  # set when the registry refuses this replica
         self._stopped_by: AskError | None = None
-        # What the registry holds of the group; `identity` is what every replica of it
-        # must agree on besides the priority (its scope), checked by lua/register.
-        self._identity = json.dumps({"scope": self.scope}, sort_keys=True, separators=(",", ":"))
-        self._info = json.dumps(
-            {
-                "kind": answerer.kind,
-                "scope": self.scope,
-                "priority": self.priority,
-                "identity": self._identity,
-                **self.timing,
-            },
-            sort_keys=True,
-        )
+
+    @property
+    def presented(self) -> dict[str, Offer]:
+        """What this replica shows now, by request id."""
+        return self.shown.offers
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -206,9 +209,7 @@ class AnswererRuntime:
         connect = self.seam.blocking_connection
         blocking = [
             BlockingLoop(f"askq-{self.group}-offers", connect, self._read_offers, self._reread_own),
-            BlockingLoop(
-                f"askq-{self.group}-events", connect, self._read_events, self._resync_presented
-            ),
+            BlockingLoop(f"askq-{self.group}-events", connect, self.shown.read, self.shown.resync),
         ]
         loops: list[asyncio.Task[Any]] = []
         try:
@@ -243,69 +244,25 @@ class AnswererRuntime:
             await self._call_hook("stop", "", self.answerer.stop())
             if self.ready.is_set():
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(self._leave())
+                    await asyncio.shield(self.seam.registry.leave(self.group, self.consumer))
 
     async def _register(self, mode: str = "start") -> None:
-        """Register (start) or re-register (each heartbeat) this replica: lua/register.
-        A group has one priority, kind and scope; a replica that disagrees is refused."""
-        k = self.seam.keys
-        with self.seam.redis_errors():
-            if mode == "start":
-                # Read the events stream from here on: what settles after this is ours.
-                last = await self.seam.redis.xrevrange(k.events, count=1)
-                self._events_from = last[0][0] if last else "0-0"
-            result = await self.seam.call(
-                "register",
-                [k.groups, k.group_info, k.live, k.consumers(self.group), self.stream],
-                [
-                    self.group,
-                    str(self.priority),
-                    self._info,
-                    self._identity,
-                    self.consumer,
-                    duration_ms(self.seam.settings.consumer_ttl, "consumer_ttl"),
-                    mode,
-                ],
+        """Register (start) or re-register (each heartbeat) this replica; a replica that
+        disagrees with its group's priority or scope is refused (CONFIG_ERROR)."""
+        if mode == "start":
+            # Read the events stream from here on: what settles after this is ours.
+            last = await self.seam.redis.xrevrange(self.seam.keys.events, count=1)
+            self.shown.start_from(last[0][0] if last else "0-0")
+        if await self.seam.registry.register(self.spec, self.consumer, mode=mode):
+            log.warning(
+                "%s: its registration was gone (Redis lost its data?); registered again",
+                self.group,
             )
-        if result[0] == "CONFLICT":
-            raise self._conflict(result[1], result[2])
-        if mode == "start" or result[1] == "1":
-            if mode != "start":
-                log.warning(
-                    "%s: its registration was gone (Redis lost its data?); registered again",
-                    self.group,
-                )
-            await self.seam.tier_streams(refresh=True)
-
-    def _conflict(self, priority: str, info: str) -> AskError:
-        try:
-            known = json.loads(info) if info else {}
-        except ValueError:
-            known = {}
-        scope = known.get("scope") or {}
-        shown = ",".join(f"{key}={value}" for key, value in sorted(scope.items())) or "*"
-        mine = ",".join(f"{key}={value}" for key, value in sorted(self.scope.items())) or "*"
-        return AskError(
-            ErrorCode.CONFIG_ERROR,
-            f"group {self.group} is registered with priority {priority}, scope"
-            f" {visible(shown)}; this replica has priority {self.priority}, scope"
-            f" {visible(mine)}. A group has one priority and one scope: start it with"
-            f" those, use another --group, or stop the group's replicas and"
-            f" `askq group remove {self.group}` to register it anew",
-        )
-
-    async def _leave(self) -> None:
-        """Stop being live; the group stays live while another replica beats."""
-        k = self.seam.keys
-        await self.seam.call(
-            "leave", [k.consumers(self.group), k.live], [self.group, self.consumer]
-        )
 
     async def _heartbeat_loop(self) -> None:
-        """Beat (re-registering whatever Redis lost) every third of the consumer TTL;
-        a beat that fails is retried at once (_heartbeat.keep_beating). A registry that
-        now disagrees with this replica (the group was removed and registered anew)
-        stops it."""
+        """Beat every third of the consumer TTL; a beat that fails is retried at once. A
+        registry that now disagrees with this replica (the group was removed and
+        registered anew) stops it."""
         await asyncio.sleep(self._period)  # registering was the first beat
         await keep_beating(f"replica {self.consumer} of {self.group}", self._beat, self._period)
 
@@ -313,21 +270,22 @@ class AnswererRuntime:
         try:
             await self._register("beat")
         except AskError as exc:
-            if exc.code is ErrorCode.CONFIG_ERROR:
-                self._stopped_by = exc
-                self._stop.set()
-                return
-            raise
+            if exc.code is not ErrorCode.CONFIG_ERROR:
+                raise
+            self._stopped_by = exc
+            self._stop.set()
 
     async def _maintenance_loop(self) -> None:
         """Take over the entries of dead replicas and trim the stream, once a period."""
+        registry = self.seam.registry
         while True:
             raise_if_cancelled()
             await asyncio.sleep(self._period)
             try:
-                await self._recover_dead_replicas()
-                await self._trim_stream()
-            except CONNECTION_ERRORS as exc:
+                for entry_id, fields in await registry.take_over_dead(self.spec, self.consumer):
+                    await self._spawn(entry_id, fields, recovered=True)
+                await registry.trim(self.priority)
+            except (AskError, *CONNECTION_ERRORS) as exc:
                 log.warning("maintenance of %s failed: %s", self.group, exc)
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("maintenance of %s failed", self.group)
@@ -382,9 +340,15 @@ class AnswererRuntime:
                 await self._handle_recovered(entry_id, request_id)
             else:
                 request = AskRequest.model_validate_json(fields["payload"])
-                self.seam.remember(RequestInfo(request=request, inbox=fields["inbox"]))
+                self.seam.requests.remember(RequestInfo(request=request, inbox=fields["inbox"]))
                 await self._handle_offer(self._offer(entry_id, request))
-        except CONNECTION_ERRORS as exc:
+        except (AskError, *CONNECTION_ERRORS) as exc:
+            if isinstance(exc, AskError) and exc.code is not ErrorCode.REDIS_UNAVAILABLE:
+                log.warning(
+                    "offer %s of %s failed (%s); passing it on", request_id, self.group, exc
+                )
+                await self._pass_on(request_id, entry_id)
+                return
             # Left pending: this replica (on restart) or another one recovers it.
             log.warning("offer %s of %s not handled: %s", request_id, self.group, exc)
         except Exception:  # noqa: BLE001 - one bad offer must not stop the worker
@@ -395,11 +359,12 @@ class AnswererRuntime:
         """Handling an entry failed half-way (a bug, a refused answer): whatever the
         group holds of it, decline it or give the claim back, so it is not left
         undecided or claimed with nobody showing it."""
+        answering = self.seam.answering
         try:
-            reply = await self.seam.decline_entry(request_id, self.group, self.priority, entry_id)
-            if reply and reply[0] == "CLAIMED":
-                self.presented.pop(request_id, None)
-                await self.seam.release(request_id, self.group)
+            reply = await answering.decline(request_id, self.group, self.priority, entry_id)
+            if reply is Reply.CLAIMED:
+                self.shown.take(request_id)
+                await answering.release(request_id, self.group)
         except Exception as exc:  # noqa: BLE001 - left pending: recovery takes it
             log.warning("could not pass %s on: %s", request_id, exc)
 
@@ -419,14 +384,16 @@ class AnswererRuntime:
         """A fresh offer: decide, then claim or decline. The scripts check that it is
         still this group's to decide (and acknowledge it when it is not). An answerer
         that fails, hangs or answers with something that is not an answer declines."""
+        answering = self.seam.answering
+        decline = (offer.request_id, offer.group, offer.tier, offer.offer_id)
         if not await self._decide(offer):
-            await self.seam.decline(offer)
+            await answering.decline(*decline)
             return
         at_once = await self._call_hook(
             "answer_at_once", offer.request_id, self.answerer.answer_at_once(offer)
         )
         if not at_once.ok:
-            await self.seam.decline(offer)
+            await answering.decline(*decline)
         elif at_once.value is not None:
             if not _is_answer_at_once(at_once.value):
                 log.error(
@@ -435,52 +402,36 @@ class AnswererRuntime:
                     offer.request_id,
                     cut(visible(repr(at_once.value)), 200),
                 )
-                await self.seam.decline(offer)
+                await answering.decline(*decline)
                 return
             answers, by = at_once.value
             try:
-                await self.seam.claim_and_answer(offer, answers, by=by)
+                await answering.claim_and_answer(offer, answers, by=by)
             except AskError as exc:
                 if exc.code is ErrorCode.INVALID_REQUEST:
                     log.warning("%s answer to %s refused: %s", self.group, offer.request_id, exc)
-                    await self.seam.decline(offer)
+                    await answering.decline(*decline)
                 elif exc.code not in FINAL_REFUSALS:
                     raise
-        elif await self.seam.accept(offer):
+        elif await answering.accept(offer):
             await self._present(offer)
-
-    async def _call_hook(
-        self, hook: str, request_id: str, call: Coroutine[Any, Any, Any]
-    ) -> HookResult:
-        return await call_hook(f"group {self.group}", hook, request_id, call, self.hook_timeout)
 
     async def _handle_recovered(self, entry_id: str, request_id: str) -> None:
         """An entry that was pending on this or a dead replica: it may be a claim of the
         group (present it again, without deciding) or an offer not yet decided."""
-        redis = self.seam.redis
-        row = await redis.hmget(  # type: ignore[misc]
-            self.seam.keys.request(request_id), ["state", "tier", "offer", "undecided", "claimers"]
-        )
-        state, tier, offer_id, undecided, claimers = row
-        if (
-            state is None
-            or state in TERMINAL
-            or offer_id != entry_id
-            or tier is None
-            or int(tier) != self.priority
-            or self.group not in split_groups(undecided) + split_groups(claimers)
-        ):
-            await redis.xack(self.stream, self.group, entry_id)  # no longer ours
+        row = await self.seam.requests.row(request_id) if request_id else None
+        if row is None or not row.offered_to(self.group, self.priority, entry_id):
+            await self.seam.redis.xack(self.stream, self.group, entry_id)  # no longer ours
             return
         try:
-            info = await self.seam.request_info(request_id)
+            request = await self.seam.requests.request(request_id)
         except AskError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:
                 raise
-            await redis.xack(self.stream, self.group, entry_id)  # expired meanwhile
+            await self.seam.redis.xack(self.stream, self.group, entry_id)  # expired meanwhile
             return
-        offer = self._offer(entry_id, info.request)
-        if self.group in split_groups(claimers):
+        offer = self._offer(entry_id, request)
+        if self.group in row.claimers:
             await self._present(offer)
         else:
             await self._handle_offer(offer)
@@ -502,109 +453,20 @@ class AnswererRuntime:
         return verdict.ok and verdict.value
 
     async def _present(self, offer: Offer) -> None:
-        if offer.request_id in self.presented:
+        if offer.request_id in self.shown:
             return  # re-read after a reconnect: already showing it
-        self._show(offer)
+        self.shown.show(offer)
         shown = await self._call_hook("present", offer.request_id, self.answerer.present(offer))
         if not shown.ok:  # a question that cannot be shown is given back
-            self.presented.pop(offer.request_id, None)
-            await self.seam.release(offer.request_id, self.group)
+            self.shown.take(offer.request_id)
+            await self.seam.answering.release(offer.request_id, self.group)
 
-    # --- recovery --------------------------------------------------------------------
+    # --- hooks -----------------------------------------------------------------------
 
-    async def _recover_dead_replicas(self) -> None:
-        """Take over entries pending on replicas of this group that stopped beating,
-        and forget those replicas (restarts under new names must not pile up)."""
-        k = self.seam.keys
-        redis = self.seam.redis
-        now = await self.seam.now_ms()
-        live = set(await redis.zrangebyscore(k.consumers(self.group), now, "+inf"))
-        try:
-            consumers = await redis.xinfo_consumers(self.stream, self.group)
-        except ResponseError:  # the group's stream is gone; it is recreated on restart
-            return
-        for consumer in consumers:
-            name = consumer["name"]
-            if name == self.consumer or name in live:
-                continue
-            if consumer["pending"]:
-                await self._take_over(name)
-            await redis.xgroup_delconsumer(self.stream, self.group, name)
-        await redis.zremrangebyscore(k.consumers(self.group), "-inf", now)
-
-    async def _take_over(self, dead: str) -> None:
-        redis = self.seam.redis
-        while True:
-            entries = await redis.xpending_range(
-                self.stream, self.group, "-", "+", RECOVER_BATCH, consumername=dead
-            )
-            if not entries:
-                return
-            ids = [e["message_id"] for e in entries]
-            claimed = await redis.xclaim(self.stream, self.group, self.consumer, 0, ids)
-            log.info("%s took over %d offers of %s", self.consumer, len(claimed), dead)
-            for entry_id, fields in claimed:
-                if fields is None:  # trimmed away; nothing to recover
-                    await redis.xack(self.stream, self.group, entry_id)
-                    continue
-                await self._spawn(entry_id, fields, recovered=True)
-            if len(entries) < RECOVER_BATCH:
-                return
-
-    async def _trim_stream(self) -> None:
-        await trim_tier(self.seam, self.stream)
-
-    # --- retraction ------------------------------------------------------------------
-
-    def _show(self, offer: Offer) -> None:
-        self.presented[offer.request_id] = offer
-        self._showing.set()
-
-    async def _read_events(self, conn: Redis) -> None:
-        if not self.presented:
-            # Nothing shown here, so nothing to retract or remind: wait for something to
-            # be shown instead of waking for every settlement (an answerer that answers
-            # at once, like auto, would otherwise wake once per ask for nothing).
-            self._showing.clear()
-            await self._showing.wait()
-            # Catch up without a gap: from the newest event now, after checking what is
-            # shown against its request's state (what settled before is caught there).
-            last = await conn.xrevrange(self.seam.keys.events, count=1)
-            await self._resync_presented(conn)
-            self._events_from = last[0][0] if last else "0-0"
-        reply = await conn.xread(
-            {self.seam.keys.events: self._events_from}, count=256, block=self._block_ms
-        )
-        for _, entries in reply or []:
-            for event_id, fields in entries:
-                self._events_from = event_id
-                await self._on_event(fields)
-
-    async def _on_event(self, fields: dict[str, Any]) -> None:
-        request_id = fields.get("request", "")
-        offer = self.presented.get(request_id)
-        if offer is None:
-            return
-        state = fields.get("state", "")
-        if fields.get("group", self.group) != self.group:
-            return  # another group's reminder or escalation
-        if state == "REMIND":
-            self._in_background("remind", request_id, self.answerer.remind(offer))
-            return
-        if state == "OFFERED" and fields.get("tier") == str(self.priority):
-            return
-        self._retract(
-            Retraction(
-                request_id=request_id,
-                state=state,
-                code=fields.get("code") or None,
-                by=fields.get("by") or None,
-            )
-        )
-
-    def _retract(self, retraction: Retraction) -> None:
-        self.presented.pop(retraction.request_id, None)
-        self._in_background("retract", retraction.request_id, self.answerer.retract(retraction))
+    async def _call_hook(
+        self, hook: str, request_id: str, call: Coroutine[Any, Any, Any]
+    ) -> HookResult:
+        return await call_hook(f"group {self.group}", hook, request_id, call, self.hook_timeout)
 
     def _in_background(self, hook: str, request_id: str, call: Coroutine[Any, Any, Any]) -> None:
         """Run a retract or remind hook in a task of its own (bounded like every hook),
@@ -612,46 +474,3 @@ class AnswererRuntime:
         task = asyncio.create_task(self._call_hook(hook, request_id, call))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def _resync_presented(self, conn: Redis) -> None:
-        """After a gap in the events stream, check what we show is still ours."""
-        for request_id in list(self.presented):
-            state, by, code, claimers = await conn.hmget(  # type: ignore[misc]
-                self.seam.keys.request(request_id), ["state", "by", "code", "claimers"]
-            )
-            if state is None or state in TERMINAL or self.group not in split_groups(claimers):
-                self._retract(
-                    Retraction(
-                        request_id=request_id,
-                        state=state or "FAILED",
-                        code=code or None,
-                        by=by or None,
-                    )
-                )
-
-
-async def trim_tier(seam: Seam, stream: str) -> int:
-    """Drop the tier's entries every group is done with, so the stream stays bounded;
-    returns how many were dropped.
-
-    Kept: every entry still pending in some group (a claim may be held for hours;
-    recovery needs its entry) and every entry a live group has not read yet. A group
-    that is gone does not hold the stream back: offers made while it was gone were
-    never its to decide.
-    """
-    redis = seam.redis
-    now = await seam.now_ms()
-    floor: tuple[int, int] | None = None
-    for info in await redis.xinfo_groups(stream):
-        name = info["name"]
-        candidates = []
-        if info["pending"]:
-            candidates.append((await redis.xpending(stream, name))["min"])
-        live_until = await redis.zscore(seam.keys.live, name)
-        if live_until is not None and live_until > now:
-            candidates.append(info["last-delivered-id"])
-        for entry_id in filter(None, candidates):  # None: acknowledged meanwhile
-            floor = min(floor or _stream_id(entry_id), _stream_id(entry_id))
-    if floor is None:
-        return 0
-    return int(await redis.xtrim(stream, minid=f"{floor[0]}-{floor[1]}", approximate=False))

@@ -1,37 +1,351 @@
-"""The Lua scripts: every state transition of a request, each one atomic in Redis.
+"""The one runner of the Lua scripts, and the only place their key lists are built
+(bullmq's `Scripts`): a method per script, each naming the keys and arguments its
+script declares (`_lua.py`), sent in the declared order and nothing more.
 
-Each `lua/<name>.lua` is one named transition of a request (ask, accept, decline,
-release, answer, cancel, fire, abort_turn) or of the registry (register, leave, remove_group);
-`--@include <name>` pulls in shared helpers, resolved here once.
-redis-py's Script runs EVALSHA and loads the script on NOSCRIPT, so a script's text is
-sent once per server, not per call.
+It owns the scripts (registered once per client; redis-py's Script runs EVALSHA and
+loads the text on NOSCRIPT), the auto-pipeline (`_pipeline.py`), the view of the tiers
+(the streams a script that moves a request on must be given), the STALE retry (the view
+or a request's facts were out of date: read them again, run again) and the translation
+of a lost Redis into REDIS_UNAVAILABLE.
 """
 
 from __future__ import annotations
 
-import re
-from functools import cache
-from importlib import resources
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-_INCLUDE = re.compile(r"^--@include (\w+)\s*$", re.MULTILINE)
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
-NAMES = (
-    "ask",
-    "accept",
-    "decline",
-    "release",
-    "answer",
-    "cancel",
-    "fire",
-    "abort_turn",
-    "forget_caller",
-    "register",
-    "leave",
-    "remove_group",
-)
+from ._connections import redis_errors
+from ._errors import AskError, ErrorCode
+from ._keys import Keys
+from ._lua import load
+from ._messages import TAKEN_OVER
+from ._models import AskRequest
+from ._pipeline import ScriptPipeline
+from ._replies import Reply, ScriptReply
+from ._requests import Requests
+from ._settings import Settings
+
+STALE_RETRIES = 5
+
+# Keys by name -> the value of each; fresh: read what may have changed (after STALE).
+KeySource = Callable[[bool], Awaitable[Mapping[str, str]]]
 
 
-@cache
-def source(name: str) -> str:
-    text = resources.files(__package__).joinpath(f"lua/{name}.lua").read_text("utf-8")
-    return _INCLUDE.sub(lambda m: source(m.group(1)), text)
+@dataclass(frozen=True)
+class AskSend:
+    """One send of ask.lua (lua/ask.lua's header says what each is)."""
+
+    request: AskRequest  # the request as this caller built it
+    request_id: str  # its id, or the id of the request the idempotency index named
+    payload_json: str
+    inbox: str
+    owner: str  # the owner whose agent key is declared ('' for none)
+    timeout_ms: int
+    timeout_settlement: str
+    fingerprint: str  # '' when the ask is not idempotent
+    mode: str  # 'new' | 'attach'
+    resent: bool
+    gone: str
+    caller_ttl_ms: int
+    process: str
+
+
+class Scripts:
+    def __init__(self, redis: Redis, keys: Keys, settings: Settings, requests: Requests) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.settings = settings
+        self.requests = requests
+        self.pipeline = ScriptPipeline(redis)
+        self._registered: dict[str, AsyncScript] = {}
+        self._tiers: list[str] | None = None
+        k = keys
+        self._deployment = {
+            "pending": k.pending,
+            "events": k.events,
+            "groups": k.groups,
+            "live": k.live,
+            "group_info": k.group_info,
+            "timers": k.timers,
+            "wake": k.wake,
+            "callers": k.callers,
+        }
+        self._common: dict[str, Any] = {
+            "tier_prefix": k.tier_prefix,
+            "settled_ttl": settings.settled_ttl,
+            "events_maxlen": settings.events_maxlen,
+            "abort_ttl": settings.abort_ttl,
+        }
+
+    # --- the machinery ----------------------------------------------------------------
+
+    async def tier_streams(self, refresh: bool = False) -> list[str]:
+        """The stream keys of every tier in the registry (a script that may move a
+        request to another tier must be given them)."""
+        if self._tiers is None or refresh:
+            with redis_errors(self.settings):
+                priorities = {int(p) for p in await self.redis.hvals(self.keys.groups)}  # type: ignore[misc]
+            self._tiers = [self.keys.tier(p) for p in sorted(priorities)]
+        return self._tiers
+
+    def _script(self, name: str) -> AsyncScript:
+        script = self._registered.get(name)
+        if script is None:
+            script = self._registered[name] = self.redis.register_script(load(name).text)
+        return script
+
+    async def call(
+        self,
+        name: str,
+        keys: Mapping[str, str],
+        args: Mapping[str, Any],
+        *,
+        more_keys: Sequence[str] = (),
+        more_args: Sequence[Any] = (),
+    ) -> Any:
+        """Run script `name` once: the keys and arguments it declares, by name (the
+        deployment's keys and the common arguments need not be given), then the tier
+        streams if it takes them, then `more_*` (a layout of its own: abort_turn)."""
+        script = load(name)
+        named = {**self._deployment, **keys}
+        key_list = [named[key] for key in script.keys]
+        if script.tiers:
+            key_list += await self.tier_streams()
+        values = {**self._common, **args}
+        arg_list = [values[arg] for arg in script.args]
+        with redis_errors(self.settings):
+            return await self.pipeline.call(
+                self._script(name), [*key_list, *more_keys], [*arg_list, *more_args]
+            )
+
+    async def _run(self, name: str, keys: KeySource, args: Mapping[str, Any]) -> ScriptReply:
+        """Run until the reply is not STALE: then the tiers and the keys are read again."""
+        for attempt in range(STALE_RETRIES):
+            fresh = attempt > 0
+            if fresh:
+                await self.tier_streams(refresh=True)
+            reply = ScriptReply.of(await self.call(name, await keys(fresh), args))
+            if reply.kind is not Reply.STALE:
+                return reply
+        raise AskError(ErrorCode.INTERNAL, "the answerer registry kept changing; try again")
+
+    def request_keys(
+        self, request_id: str, inbox: str, turn: str, idem: str | None
+    ) -> dict[str, str]:
+        """Every per-request key by name (a script takes those it declares)."""
+        k = self.keys
+        process = k.process_of(inbox)
+        return {
+            "req": k.request(request_id),
+            "reply": k.reply(request_id),
+            "payload": k.payload(request_id),
+            "timeout_body": k.timeout_body(request_id),
+            "idem": k.idem(idem),
+            "inbox": inbox,
+            "asked": k.asked(process),
+            "alive": k.alive(process),
+            "turn": k.turn(turn),
+            "aborted": k.aborted(turn),
+        }
+
+    def _of_request(self, request_id: str, **more: str) -> KeySource:
+        """The keys of a request already asked, from its facts (read again on STALE:
+        its caller may have moved)."""
+
+        async def keys(fresh: bool) -> Mapping[str, str]:
+            info = await self.requests.info(request_id, fresh=fresh)
+            request = info.request
+            found = self.request_keys(
+                request_id, info.inbox, request.caller.turn_id, request.idempotency
+            )
+            return {**found, **more}
+
+        return keys
+
+    # --- the caller's transitions ------------------------------------------------------
+
+    async def ask(self, send: AskSend) -> ScriptReply:
+        k, caller = self.keys, send.request.caller
+        prev_inbox = send.inbox
+
+        async def keys(fresh: bool) -> Mapping[str, str]:
+            nonlocal prev_inbox
+            if fresh and send.fingerprint:  # an idempotent ask: where it replies now
+                row = await self.requests.row(send.request_id)
+                prev_inbox = (row.inbox if row else None) or send.inbox
+            found = self.request_keys(
+                send.request_id, send.inbox, caller.turn_id, send.request.idempotency
+            )
+            return {
+                **found,
+                "prev_inbox": prev_inbox,
+                "prev_asked": k.asked(k.process_of(prev_inbox)),
+                "owner": k.agent(send.owner),
+                "agent": k.agent(caller.agent_id),
+            }
+
+        args = {
+            "request_id": send.request_id,
+            "payload_json": send.payload_json,
+            "turn_id": caller.turn_id,
+            "agent_id": caller.agent_id,
+            "claimed_owner": caller.owner or "",
+            "process": send.process,
+            "caller_ttl_ms": send.caller_ttl_ms,
+            "timeout_ms": send.timeout_ms,
+            "timeout_settlement": send.timeout_settlement,
+            "fingerprint": send.fingerprint,
+            "taken_over": TAKEN_OVER,
+            "mode": send.mode,
+            "resent": "1" if send.resent else "0",
+            "gone": send.gone,
+            "agent_prefix": k.agent(""),
+        }
+        return await self._run("ask", keys, args)
+
+    async def cancel(self, request_id: str, code: str, settlement: str, by: str) -> ScriptReply:
+        args = {"request_id": request_id, "code": code, "settlement": settlement, "by": by}
+        return await self._run("cancel", self._of_request(request_id), args)
+
+    async def fire(self, timer: str) -> ScriptReply:
+        """Fire a due timer (`timeout|<id>`, `window|<id>|<offer>|<group>`, ...). The
+        timer of a request that is gone (expired) is dropped: nothing is left to do."""
+        request_id = timer.split("|")[1]
+        try:
+            return await self._run(
+                "fire", self._of_request(request_id), {"request_id": request_id, "timer": timer}
+            )
+        except AskError as exc:
+            if exc.code is not ErrorCode.NOT_FOUND:
+                raise
+            with redis_errors(self.settings):
+                await self.redis.zrem(self.keys.timers, timer)
+            return ScriptReply(Reply.MOOT)
+
+    async def abort_turn(self, turn_id: str, settlement: str, by: str) -> ScriptReply:
+        """The turn's mark, then each of its unsettled requests cancelled: every key of
+        every one declared (lua/abort_turn.lua)."""
+        k = self.keys
+        for attempt in range(8):
+            tiers = await self.tier_streams(refresh=attempt > 0)
+            requests = await self.requests.turn(turn_id)
+            more: list[str] = []
+            for request_id, inbox, idem in requests:
+                inbox = inbox or k.inbox("")
+                more += [
+                    k.request(request_id),
+                    k.reply(request_id),
+                    inbox,
+                    k.asked(k.process_of(inbox)),
+                    k.payload(request_id),
+                    k.timeout_body(request_id),
+                    idem or k.idem(None),
+                ]
+            reply = ScriptReply.of(
+                await self.call(
+                    "abort_turn",
+                    {"aborted": k.aborted(turn_id), "turn": k.turn(turn_id)},
+                    {"settlement": settlement, "by": by, "n_tiers": len(tiers)},
+                    more_keys=more,
+                    more_args=[request_id for request_id, _, _ in requests],
+                )
+            )
+            if reply.kind is not Reply.STALE:
+                return reply
+        raise AskError(ErrorCode.INTERNAL, f"turn {turn_id!r} kept changing while aborting")
+
+    async def forget_caller(self, process: str, *, own: bool) -> bool:
+        k = self.keys
+        forgotten = await self.call(
+            "forget_caller",
+            {"alive": k.alive(process), "asked": k.asked(process)},
+            {"process": process, "own": "1" if own else "0"},
+        )
+        return bool(forgotten)
+
+    # --- a group's transitions ----------------------------------------------------------
+
+    async def accept(self, request_id: str, group: str, tier: int, offer: str) -> ScriptReply:
+        keys = self._of_request(request_id, tier=self.keys.tier(tier))
+        args = {"request_id": request_id, "group": group, "tier": tier, "offer": offer}
+        return await self._run("accept", keys, args)
+
+    async def decline(self, request_id: str, group: str, tier: int, offer: str) -> ScriptReply:
+        args = {"request_id": request_id, "group": group, "tier": tier, "offer": offer}
+        return await self._run("decline", self._of_request(request_id), args)
+
+    async def release(self, request_id: str, group: str) -> ScriptReply:
+        args = {"request_id": request_id, "group": group}
+        return await self._run("release", self._of_request(request_id), args)
+
+    async def answer(
+        self, request_id: str, group: str, settlement: str, by: str, tier: int | None
+    ) -> ScriptReply:
+        """The group answers on its claim, which it holds at its own tier: `tier` when
+        the caller knows it (a group does), else the request's, read (once more after
+        STALE: the request moved on meanwhile)."""
+        request_keys = self._of_request(request_id)
+
+        async def keys(fresh: bool) -> Mapping[str, str]:
+            nonlocal tier
+            if tier is None or fresh:
+                row = await self.requests.row(request_id)
+                tier = row.tier if row is not None and row.tier is not None else tier
+            found = await request_keys(fresh)
+            return {**found, "tier": self.keys.tier(tier if tier is not None else 0)}
+
+        args = {"request_id": request_id, "group": group, "settlement": settlement, "by": by}
+        return await self._run("answer", keys, args)
+
+    async def claim_answer(
+        self, request_id: str, group: str, tier: int, offer: str, settlement: str, by: str
+    ) -> ScriptReply:
+        keys = self._of_request(request_id, tier=self.keys.tier(tier))
+        args = {
+            "request_id": request_id,
+            "group": group,
+            "tier": tier,
+            "offer": offer,
+            "settlement": settlement,
+            "by": by,
+        }
+        return await self._run("claim_answer", keys, args)
+
+    # --- the registry -------------------------------------------------------------------
+
+    def _group_keys(self, group: str, priority: int) -> dict[str, str]:
+        return {"consumers": self.keys.consumers(group), "stream": self.keys.tier(priority)}
+
+    async def register(
+        self,
+        group: str,
+        priority: int,
+        info: str,
+        identity: str,
+        consumer: str,
+        ttl_ms: int,
+        mode: str,
+    ) -> ScriptReply:
+        args = {
+            "group": group,
+            "priority": str(priority),
+            "info": info,
+            "identity": identity,
+            "consumer": consumer,
+            "ttl_ms": ttl_ms,
+            "mode": mode,
+        }
+        return ScriptReply.of(await self.call("register", self._group_keys(group, priority), args))
+
+    async def leave(self, group: str, consumer: str) -> None:
+        keys = {"consumers": self.keys.consumers(group)}
+        await self.call("leave", keys, {"group": group, "consumer": consumer})
+
+    async def remove_group(self, group: str, priority: int) -> ScriptReply:
+        return ScriptReply.of(
+            await self.call("remove_group", self._group_keys(group, priority), {"group": group})
+        )

@@ -1,11 +1,16 @@
-"""The one Settings object: every knob, read from `ASKQ_*` environment variables."""
+"""The core's settings, read from `ASKQ_*` environment variables. A channel's own
+settings live in a class of its own beside it (the Slack answerer's `SlackSettings`,
+`ASKQ_SLACK_*`)."""
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, ValidationError
+from typing import Self
+
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ._errors import AskError, ErrorCode
+from ._text import problems_message
 
 
 class Settings(BaseSettings):
@@ -85,49 +90,28 @@ class Settings(BaseSettings):
         description="Approximate length the settlement event stream is trimmed to.",
     )
 
-    # --- Slack (answerers/slack) ---
-    # Routes and allowlist are plain JSON text, parsed by the Slack answerer at its
-    # start-up: typed as dicts, a malformed value would break every askq command (even
-    # `askq ask`) before any of them could say which setting is wrong.
-    slack_bot_token: SecretStr | None = Field(
-        default=None, description="Slack bot token (xoxb-...): posts and updates questions."
-    )
-    slack_app_token: SecretStr | None = Field(
-        default=None,
-        description="Slack app-level token (xapp-..., connections:write); turns on Socket Mode.",
-    )
-    slack_signing_secret: SecretStr | None = Field(
-        default=None, description="Checks the signatures of the Slack HTTP interactivity endpoint."
-    )
-    slack_routes: str = Field(
-        default="",
-        description='JSON: scope selector -> channel or user id (DM), first match wins, "*" last:'
-        ' {"tenant=acme": {"channel": "C0ACME", "allow": ["U01"]}, "*": "C0GENERAL"}.',
-    )
-    slack_allowlist: str = Field(
-        default="",
-        description="Slack user ids who may answer where a route names none (JSON list or"
-        ' comma-separated); "*" lets anyone who sees the message answer.',
-    )
-    slack_api_url: str = Field(
-        default="https://slack.com/api/", description="Slack Web API base URL."
-    )
-    slack_socket_mode: bool | None = Field(
-        default=None,
-        description="Receive clicks over Socket Mode (default: on when the app token is set);"
-        " off: over the signed HTTP endpoint.",
-    )
-    slack_http_host: str = Field(
-        default="127.0.0.1", description="Where the HTTP interactivity endpoint listens."
-    )
-    slack_http_port: int = Field(
-        default=3000, ge=0, le=65535, description="Port of the HTTP interactivity endpoint."
-    )
 
-
-def settings_error(exc: ValidationError) -> AskError:
+def settings_error(exc: ValidationError, prefix: str = "ASKQ_") -> AskError:
     """A CONFIG_ERROR naming each bad setting by its environment variable."""
-    problems = "; ".join(
-        f"ASKQ_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
+    problems = problems_message(
+        [
+            f"{prefix}{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            for e in exc.errors(include_url=False)
+        ]
     )
     return AskError(ErrorCode.CONFIG_ERROR, f"settings: {problems}")
+
+
+class ChannelSettings(BaseSettings):
+    """Base of a channel's own settings: a pydantic-settings class with its own
+    `env_prefix` (the Slack answerer's is `ASKQ_SLACK_`). `from_env()` reads them; a
+    malformed variable is one CONFIG_ERROR naming it, at the channel's start-up."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    @classmethod
+    def from_env(cls) -> Self:
+        try:
+            return cls()
+        except ValidationError as exc:
+            raise settings_error(exc, str(cls.model_config.get("env_prefix", ""))) from None

@@ -23,14 +23,14 @@ from typing import Any
 
 from arq.cron import CronJob, cron
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from ._arq import worker_options
 from ._blocking import BlockingLoop
+from ._connections import redis_errors, server_ms
 from ._errors import AskError, ErrorCode
-from ._groups import give_back_all
 from ._keys import Keys
-from ._runtime import trim_tier
+from ._messages import CALLER_GONE_MESSAGE
+from ._replies import Reply
 from ._seam import Seam
 from ._settings import Settings
 
@@ -38,7 +38,6 @@ log = logging.getLogger("askq.sweeper")
 
 FIRE_BATCH = 100
 SWEEPER_CONSUMER = "askq-sweeper"
-CALLER_GONE_MESSAGE = "The process that asked this question stopped, so the question was withdrawn."
 
 
 class Sweeper:
@@ -62,18 +61,18 @@ class Sweeper:
         k, redis = self.seam.keys, self.seam.redis
         fired = 0
         while True:
-            now = await self.seam.now_ms()
+            now = await server_ms(redis)
             due = await redis.zrangebyscore(k.timers, "-inf", now, start=0, num=FIRE_BATCH)
             for timer in due:
                 try:
-                    result = await self.seam.fire(timer)
+                    result = await self.seam.scripts.fire(timer)
                 except AskError as exc:
                     if exc.code == ErrorCode.REDIS_UNAVAILABLE:
                         raise
                     log.error("timer %s failed: %s", timer, exc)
                     await redis.zrem(k.timers, timer)  # a timer that cannot fire must not spin
                     continue
-                if result[0] == "FIRED":
+                if result.kind is Reply.FIRED:
                     fired += 1
                     self.fired += 1
             if len(due) < FIRE_BATCH:
@@ -85,7 +84,7 @@ class Sweeper:
         head = await conn.zrange(k.timers, 0, 0, withscores=True)
         wait = self.seam.settings.block_seconds
         if head:
-            wait = min(wait, max(0.0, (head[0][1] - await self.seam.now_ms()) / 1000))
+            wait = min(wait, max(0.0, (head[0][1] - await server_ms(self.seam.redis)) / 1000))
         if wait > 0:
             # Woken early by a script that set an earlier timer; else at the due time.
             await conn.blpop([k.wake], timeout=max(wait, 0.001))  # type: ignore[misc, arg-type]
@@ -94,7 +93,7 @@ class Sweeper:
 
     async def sweep(self) -> dict[str, int]:
         """One maintenance round; returns what it did, by kind."""
-        with self.seam.redis_errors():
+        with redis_errors(self.seam.settings):
             return {
                 "timers": await self.fire_due(),
                 "callers_gone": await self.cancel_gone_callers(),
@@ -111,36 +110,30 @@ class Sweeper:
                 continue
             for request_id in await redis.smembers(k.asked(process)):  # type: ignore[misc]
                 with contextlib.suppress(AskError):  # settled or expired meanwhile
-                    if await self.seam.cancel(
+                    if await self.seam.asking.cancel(
                         request_id, ErrorCode.ABORTED, CALLER_GONE_MESSAGE, by="caller gone"
                     ):
                         cancelled += 1
                         continue
                 await redis.srem(k.asked(process), request_id)  # type: ignore[misc]
-            await self.seam.forget_caller(process)
+            await self.seam.asking.forget_caller(process)
         return cancelled
 
     async def release_orphans(self) -> int:
         """Claims and offers of groups with no live replica, waiting longer than
         `orphan_claim_after`: released or declined, so the waterfall moves on."""
-        k, redis = self.seam.keys, self.seam.redis
-        now = await self.seam.now_ms()
+        registry = self.seam.registry
         idle_ms = int(self.seam.settings.orphan_claim_after * 1000)
         moved = 0
-        for group, priority in (await redis.hgetall(k.groups)).items():  # type: ignore[misc]
-            if await redis.zcount(k.consumers(group), now + 1, "+inf"):
+        for group, priority in (await registry.priorities()).items():
+            if await registry.live_replicas(group):
                 continue  # a live replica recovers its group's entries itself
-            moved += await give_back_all(
-                self.seam, group, int(priority), SWEEPER_CONSUMER, idle_ms, now
-            )
+            moved += await registry.give_back_all(group, priority, SWEEPER_CONSUMER, idle_ms)
         return moved
 
     async def trim_streams(self) -> int:
-        trimmed = 0
-        for stream in await self.seam.tier_streams(refresh=True):
-            with contextlib.suppress(ResponseError):
-                trimmed += await trim_tier(self.seam, stream)
-        return trimmed
+        registry = self.seam.registry
+        return sum([await registry.trim(p) for p in set((await registry.priorities()).values())])
 
 
 # --- the arq worker ------------------------------------------------------------------

@@ -21,7 +21,8 @@ from ._errors import AskError, ErrorCode
 from ._models import AskInput, Caller
 
 if TYPE_CHECKING:
-    from ._seam import AbortSignal, OnTimeout, Seam
+    from ._seam import Seam
+    from ._types import AbortSignal, OnTimeout
 
 log = logging.getLogger("askq.tool")
 

@@ -22,26 +22,10 @@ from redis.exceptions import ResponseError
 
 from ._blocking import BlockingLoop
 from ._errors import AskError, ErrorCode
+from ._messages import LOST, closed
 from ._models import Settlement
 
 DRAIN_BATCH = 512
-
-
-LOST = Settlement(
-    state="FAILED",
-    code=ErrorCode.NOT_FOUND,
-    message="Redis lost this question (it restarted without its data), so nobody can"
-    " answer it now. Ask again if it still matters.",
-).model_dump_json(exclude_none=True)
-
-
-def closed_error() -> AskError:
-    """What an ask still waiting when its seam closes ends with."""
-    return AskError(
-        ErrorCode.ABORTED,
-        "This process stopped waiting for the answer (its askq client was closed), so the"
-        " question was withdrawn.",
-    )
 
 
 class ReplyWaiter:
@@ -174,4 +158,4 @@ class ReplyWaiter:
         for request_id in list(self._futures):
             for future in self._take(request_id):
                 if not future.done():
-                    future.set_exception(closed_error())
+                    future.set_exception(closed())

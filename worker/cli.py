@@ -23,10 +23,10 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from ._errors import AskError, ErrorCode
-from ._models import Caller, validate_model
+from ._models import Caller, GroupStatus, validate_model
 from ._plugins import answerer_kinds, load_answerer
 from ._runtime import AnswererRuntime, run_until_stopped, stop_on_signals
-from ._seam import GroupStatus, Seam
+from ._seam import Seam
 from ._settings import Settings, settings_error
 from ._text import cut, problems_message, visible
 
@@ -499,11 +499,10 @@ def group_remove(settings: Settings, name: str) -> None:
     """Remove group NAME (stop its replicas first): what it holds is given back, so
     the waterfall moves on, and it is forgotten. Its replicas may then start with
     another priority or scope."""
-    from ._groups import remove_group
 
     async def run() -> int:
         async with Seam(settings=settings) as seam:
-            return await remove_group(seam, name)
+            return await seam.registry.remove(name)
 
     moved = _run(run)
     click.echo(f"group {name} removed; {moved} request(s) it held moved on")
@@ -513,11 +512,10 @@ def group_remove(settings: Settings, name: str) -> None:
 @click.pass_obj
 def group_prune(settings: Settings) -> None:
     """Remove every group that has no live replica (as `remove` does)."""
-    from ._groups import prune_groups
 
     async def run() -> list[str]:
         async with Seam(settings=settings) as seam:
-            return await prune_groups(seam)
+            return await seam.registry.prune()
 
     removed = _run(run)
     click.echo(f"removed {len(removed)} group(s) with no live replica: {', '.join(removed) or '-'}")

@@ -3,7 +3,7 @@ Socket Mode or the signed HTTP interactivity endpoint (`askq worker slack`)."""
 
 from ._answerer import SlackAnswerer, SlackOptions
 from ._blocks import Outcome, final_message, question_message
-from ._config import SlackConfig
+from ._config import SlackConfig, SlackSettings
 from ._http import INTERACTIVITY_PATH
 from ._routes import Route, Routes, parse_routes
 
@@ -15,6 +15,7 @@ __all__ = [
     "SlackAnswerer",
     "SlackConfig",
     "SlackOptions",
+    "SlackSettings",
     "final_message",
     "parse_routes",
     "question_message",

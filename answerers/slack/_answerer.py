@@ -31,7 +31,7 @@ from askq import (
 from . import _blocks as blocks
 from ._api import SlackRefused, call, check_bot_token, web_client
 from ._clicks import ClickHandler
-from ._config import SlackConfig
+from ._config import SlackConfig, SlackSettings
 from ._http import HttpReceiver
 from ._interactions import Interaction
 from ._socket import SocketReceiver
@@ -57,8 +57,13 @@ class SlackAnswerer(Answerer[SlackOptions]):
     client: AsyncWebClient
     clicks: ClickHandler
 
-    def __init__(self, options: SlackOptions | None = None) -> None:
+    def __init__(
+        self, options: SlackOptions | None = None, *, settings: SlackSettings | None = None
+    ) -> None:
+        """`settings`: the ASKQ_SLACK_* settings (default: read from the environment at
+        start-up)."""
         super().__init__(options)
+        self._settings = settings
         self._session: aiohttp.ClientSession | None = None
         self._receiver: HttpReceiver | SocketReceiver | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -67,9 +72,9 @@ class SlackAnswerer(Answerer[SlackOptions]):
 
     async def start(self, group: GroupHandle) -> None:
         await super().start(group)
-        settings = group.seam.settings
+        settings = self._settings or SlackSettings.from_env()
         self.config = SlackConfig.from_settings(settings)  # CONFIG_ERROR before going live
-        self.store = SlackStore(group.seam.redis, group.seam.keys.base, settings.settled_ttl)
+        self.store = SlackStore(group.store)
         try:
             self._session = aiohttp.ClientSession()
             self.client = web_client(self.config.bot_token, self.config.api_url, self._session)
@@ -148,10 +153,10 @@ class SlackAnswerer(Answerer[SlackOptions]):
         posted = await self.store.message(request_id)
         if posted.ts is not None or posted.outcome is not None:
             return  # posted already, or settled before it was shown
-        if not await self.group.seam.holds(request_id, self.group.name):
+        if not await self.group.holds(request_id):
             log.info("request %s is no longer this group's; not posting it", request_id)
             return
-        request = (await self.group.seam.request_info(request_id)).request
+        request = await self.group.request(request_id)
         route = self.config.routes.match(request.scope)
         if route is None:  # the routes changed under a recovered claim
             await self._give_back(request_id, "no route for its scope any more")
@@ -187,11 +192,11 @@ class SlackAnswerer(Answerer[SlackOptions]):
             return
         outcome = posted.outcome
         if outcome.state == "ANSWERED" and not outcome.answers:
-            settlement = await self.group.seam.settlement(request_id)
+            settlement = await self.group.settlement(request_id)
             if settlement is not None and settlement.answers:
                 outcome = replace(outcome, answers=tuple(settlement.answers))
         try:
-            request = (await self.group.seam.request_info(request_id)).request
+            request = await self.group.request(request_id)
         except AskError as exc:
             if exc.code is ErrorCode.NOT_FOUND:
                 return  # expired: nothing left to show

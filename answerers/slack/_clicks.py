@@ -113,7 +113,7 @@ class ClickHandler:
     ) -> AskRequest | None:
         """The request, if this user may answer it here; otherwise say why and None."""
         try:
-            request = (await self.group.seam.request_info(request_id)).request
+            request = await self.group.request(request_id)
         except AskError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:
                 raise

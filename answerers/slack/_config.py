@@ -1,15 +1,58 @@
-"""The Slack answerer's settings, read from the one `Settings` object and checked at
-start-up, so a worker with a missing or malformed setting stops before it goes live."""
+"""The Slack answerer's settings: its own `SlackSettings` (`ASKQ_SLACK_*` variables),
+checked at start-up into a `SlackConfig`, so a worker with a missing or malformed
+setting stops before it goes live."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
+from pydantic_settings import SettingsConfigDict
 
-from askq import AskError, ErrorCode, Settings
+from askq import AskError, ChannelSettings, ErrorCode
 
 from ._routes import Routes, parse_routes
+
+
+class SlackSettings(ChannelSettings):
+    """Every `ASKQ_SLACK_*` variable. Routes and allowlist are plain JSON text, parsed
+    by `SlackConfig` at start-up: as typed dicts, a malformed value would fail without
+    the message that names the route at fault."""
+
+    model_config = SettingsConfigDict(env_prefix="ASKQ_SLACK_", extra="ignore")
+
+    bot_token: SecretStr | None = Field(
+        default=None, description="Slack bot token (xoxb-...): posts and updates questions."
+    )
+    app_token: SecretStr | None = Field(
+        default=None,
+        description="Slack app-level token (xapp-..., connections:write); turns on Socket Mode.",
+    )
+    signing_secret: SecretStr | None = Field(
+        default=None, description="Checks the signatures of the Slack HTTP interactivity endpoint."
+    )
+    routes: str = Field(
+        default="",
+        description='JSON: scope selector -> channel or user id (DM), first match wins, "*" last:'
+        ' {"tenant=acme": {"channel": "C0ACME", "allow": ["U01"]}, "*": "C0GENERAL"}.',
+    )
+    allowlist: str = Field(
+        default="",
+        description="Slack user ids who may answer where a route names none (JSON list or"
+        ' comma-separated); "*" lets anyone who sees the message answer.',
+    )
+    api_url: str = Field(default="https://slack.com/api/", description="Slack Web API base URL.")
+    socket_mode: bool | None = Field(
+        default=None,
+        description="Receive clicks over Socket Mode (default: on when the app token is set);"
+        " off: over the signed HTTP endpoint.",
+    )
+    http_host: str = Field(
+        default="127.0.0.1", description="Where the HTTP interactivity endpoint listens."
+    )
+    http_port: int = Field(
+        default=3000, ge=0, le=65535, description="Port of the HTTP interactivity endpoint."
+    )
 
 
 @dataclass(frozen=True)
@@ -24,8 +67,8 @@ class SlackConfig:
     routes: Routes
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> SlackConfig:
-        bot_token = _secret(settings.slack_bot_token)
+    def from_settings(cls, settings: SlackSettings) -> SlackConfig:
+        bot_token = _secret(settings.bot_token)
         if not bot_token:
             raise _missing("ASKQ_SLACK_BOT_TOKEN", "the app's bot token (xoxb-...)")
         if not bot_token.startswith(("xoxb-", "xoxp-")):
@@ -33,18 +76,14 @@ class SlackConfig:
                 ErrorCode.CONFIG_ERROR,
                 "ASKQ_SLACK_BOT_TOKEN: expected a bot token starting with xoxb-",
             )
-        app_token = _secret(settings.slack_app_token)
+        app_token = _secret(settings.app_token)
         if app_token and not app_token.startswith("xapp-"):
             raise AskError(
                 ErrorCode.CONFIG_ERROR,
                 "ASKQ_SLACK_APP_TOKEN: expected an app-level token starting with xapp-",
             )
-        signing_secret = _secret(settings.slack_signing_secret)
-        socket_mode = (
-            settings.slack_socket_mode
-            if settings.slack_socket_mode is not None
-            else bool(app_token)
-        )
+        signing_secret = _secret(settings.signing_secret)
+        socket_mode = settings.socket_mode if settings.socket_mode is not None else bool(app_token)
         if socket_mode and not app_token:
             raise _missing(
                 "ASKQ_SLACK_APP_TOKEN",
@@ -58,20 +97,20 @@ class SlackConfig:
                 "the app's signing secret, to check the requests of the HTTP interactivity"
                 " endpoint; or set ASKQ_SLACK_APP_TOKEN to use Socket Mode",
             )
-        if not settings.slack_api_url.startswith(("https://", "http://")):
+        if not settings.api_url.startswith(("https://", "http://")):
             raise AskError(
                 ErrorCode.CONFIG_ERROR,
-                f"ASKQ_SLACK_API_URL: {settings.slack_api_url!r} is not an http(s) URL",
+                f"ASKQ_SLACK_API_URL: {settings.api_url!r} is not an http(s) URL",
             )
         return cls(
             bot_token=bot_token,
             app_token=app_token,
             signing_secret=signing_secret,
             socket_mode=socket_mode,
-            http_host=settings.slack_http_host,
-            http_port=settings.slack_http_port,
-            api_url=settings.slack_api_url,
-            routes=parse_routes(settings.slack_routes, settings.slack_allowlist),
+            http_host=settings.http_host,
+            http_port=settings.http_port,
+            api_url=settings.api_url,
+            routes=parse_routes(settings.routes, settings.allowlist),
         )
 
 

@@ -4,7 +4,7 @@ replica, a send may run at any replica, and a replica may die at any point.
 | key                                   | type   | what                                       |
 |---------------------------------------|--------|--------------------------------------------|
 | {p}:slack:msg:<request>               | hash   | channel, ts of the posted message; outcome |
-| {p}:slack:posting:<request>           | string | a short lease: one post in flight          |
+| {p}:slack:lease:<request>             | string | a short lease: one post in flight          |
 | {p}:slack:picks:<request>:<user>      | hash   | q<i>: chosen options (t<i>: when), c<i>: custom |
 | {p}:slack:remind:<request>            | string | a reminder was posted in the last minute   |
 | {p}:slack:shown:<request>:<digest>    | string | this outcome was shown (chat.update)       |
@@ -20,8 +20,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from redis.asyncio import Redis
-from redis.exceptions import WatchError
+from askq import ChannelStore
 
 from ._blocks import Outcome
 
@@ -46,72 +45,54 @@ class Picks:
 
 
 class SlackStore:
-    def __init__(self, redis: Redis, base: str, ttl: int) -> None:
-        self.redis = redis
-        self.base = base  # "{prefix}": the deployment's hash tag
-        self.ttl = ttl
+    """The Slack records, on the group's `ChannelStore` (`{p}:slack:`)."""
 
-    def _msg(self, request_id: str) -> str:
-        return f"{self.base}:slack:msg:{request_id}"
-
-    def _lease(self, request_id: str) -> str:
-        return f"{self.base}:slack:posting:{request_id}"
-
-    def _picks(self, request_id: str, user: str) -> str:
-        return f"{self.base}:slack:picks:{request_id}:{user}"
+    def __init__(self, store: ChannelStore) -> None:
+        self.store = store
+        self.ttl = store.ttl
 
     # --- the posted message ------------------------------------------------------------
 
     async def message(self, request_id: str) -> PostedMessage:
-        channel, ts, outcome = await self.redis.hmget(  # type: ignore[misc]
-            self._msg(request_id), ["channel", "ts", "outcome"]
+        channel, ts, outcome = await self.store.fields(
+            f"msg:{request_id}", "channel", "ts", "outcome"
         )
         return PostedMessage(channel, ts, Outcome.from_json(outcome) if outcome else None)
 
     async def lease_post(self, request_id: str) -> bool:
         """True when this caller may post now; False while another attempt holds it."""
-        lease = self._lease(request_id)
-        return bool(await self.redis.set(lease, "1", nx=True, ex=POST_LEASE_SECONDS))
+        return await self.store.lease(request_id, POST_LEASE_SECONDS)
 
     async def lease_left(self, request_id: str) -> float:
-        ttl = await self.redis.ttl(self._lease(request_id))
-        return float(max(ttl, 1))
+        return await self.store.lease_left(request_id)
 
     async def record_post(self, request_id: str, channel: str, ts: str) -> None:
-        key = self._msg(request_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping={"channel": channel, "ts": ts})
-            pipe.expire(key, self.ttl)
-            pipe.delete(self._lease(request_id))
-            await pipe.execute()
+        await self.store.set_fields(
+            f"msg:{request_id}", {"channel": channel, "ts": ts}, drop_lease=request_id
+        )
 
     async def once(self, name: str, seconds: int) -> bool:
         """True the first time `name` is asked for within `seconds`."""
-        return bool(await self.redis.set(f"{self.base}:slack:{name}", "1", nx=True, ex=seconds))
+        return await self.store.once(name, seconds)
 
     async def forget_once(self, name: str) -> None:
         """What `once` guarded failed: the next ask for `name` is the first again."""
-        await self.redis.delete(f"{self.base}:slack:{name}")
+        await self.store.forget_once(name)
 
     async def drop_lease(self, request_id: str) -> None:
-        await self.redis.delete(self._lease(request_id))
+        await self.store.drop_lease(request_id)
 
     async def set_outcome(self, request_id: str, outcome: Outcome, *, overwrite: bool) -> None:
         """Record what became of the request. A retraction does not overwrite (the
         replica whose click answered knows better than one hearing "answered")."""
-        key = self._msg(request_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            if overwrite:
-                pipe.hset(key, "outcome", outcome.to_json())
-            else:
-                pipe.hsetnx(key, "outcome", outcome.to_json())
-            pipe.expire(key, self.ttl)
-            await pipe.execute()
+        await self.store.set_fields(
+            f"msg:{request_id}", {"outcome": outcome.to_json()}, keep=not overwrite
+        )
 
     # --- answers in progress -----------------------------------------------------------
 
     async def picks(self, request_id: str, user: str) -> Picks:
-        raw = await self.redis.hgetall(self._picks(request_id, user))  # type: ignore[misc]
+        raw = await self.store.all_fields(f"picks:{request_id}:{user}")
         picks = Picks()
         for name, value in raw.items():
             kind, index = name[:1], int(name[1:])
@@ -121,45 +102,23 @@ class SlackStore:
                 picks.custom[index] = value
         return picks
 
-    async def _set(self, request_id: str, user: str, name: str, value: str) -> None:
-        key = self._picks(request_id, user)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, name, value)
-            pipe.expire(key, self.ttl)
-            await pipe.execute()
-
     async def choose(
         self, request_id: str, user: str, question: int, options: tuple[int, ...], at: float
     ) -> None:
         """Record a selection change unless a later one (by Slack's action_ts) is in:
         the events of quick clicks may be handled out of order, at several replicas."""
-        key = self._picks(request_id, user)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    await pipe.watch(key)
-                    newest = await pipe.hget(key, f"t{question}")  # type: ignore[misc]
-                    if newest is not None and float(newest) > at:
-                        return
-                    pipe.multi()  # type: ignore[no-untyped-call]
-                    pipe.hset(
-                        key,
-                        mapping={
-                            f"q{question}": json.dumps(list(options)),
-                            f"t{question}": repr(at),
-                        },
-                    )
-                    pipe.expire(key, self.ttl)
-                    await pipe.execute()
-                    return
-                except WatchError:
-                    continue  # changed meanwhile: look again
+        await self.store.set_fields_unless_newer(
+            f"picks:{request_id}:{user}",
+            {f"q{question}": json.dumps(list(options))},
+            f"t{question}",
+            at,
+        )
 
     async def write_custom(self, request_id: str, user: str, question: int, text: str) -> None:
-        await self._set(request_id, user, f"c{question}", text)
+        await self.store.set_fields(f"picks:{request_id}:{user}", {f"c{question}": text})
 
     async def forget_picks(self, request_id: str, user: str) -> None:
-        await self.redis.delete(self._picks(request_id, user))
+        await self.store.delete(f"picks:{request_id}:{user}")
 
 
 def shown(request_id: str, outcome: Outcome) -> str:

@@ -1,93 +1,99 @@
---@include request
 -- Publish a new request: OFFERED at the first tier with a live group. Or, for an ask
 -- that names a request already there, its settlement if settled, else reattach (its
 -- reply now goes to this caller's inbox). An ask names an existing request when it is
 -- idempotent (the index of its key names the request) or when this caller sends the
 -- same ask again because it never got the reply to its first send (a timeout, a lost
 -- connection: the first send may have run).
--- ARGV[5]: payload JSON, [6]: turn id, [7]: agent id, [8]: the owner the caller claims
--- ('' for none), [9]: caller process id, [10]: caller heartbeat ms, [11]: timeout ms
--- (0: none), [12]: the settlement a timeout writes, [13]: fingerprint of the questions
--- ('' when the ask is not idempotent), [14]: what a caller whose ask is taken over is
--- told, [15]: 'new' (publish request_id) or 'attach' (request_id is the one the index
--- named), [16]: '1' when an earlier send of this very ask may have run, [17]: a
--- request id the caller found gone (the index may still name it), [18]: the prefix of
--- agent keys
--- Returns: OFFERED tier entry | ATTACHED tier | SETTLED body | ABORTED |
---   DELEGATED_CALLER owner | NO_ANSWERER message | EXISTS | STALE, or, for the caller
---   to run it again with other keys: OWNER owner (declare the owner's agent key),
---   REDIRECT id (the index names request id), GONE (the request it named expired)
-if redis.call('EXISTS', ABORTED) == 1 then return {'ABORTED'} end
+-- uses: req reply payload timeout_body idem inbox asked alive prev_inbox prev_asked
+-- uses: turn aborted owner agent pending events groups live group_info timers wake
+-- uses: callers +tiers
+-- args: tier_prefix settled_ttl events_maxlen request_id payload_json turn_id agent_id
+-- args: claimed_owner process caller_ttl_ms timeout_ms timeout_settlement fingerprint
+-- args: taken_over mode resent gone agent_prefix
+-- `owner` and `agent` are the agent keys of the owner the caller declares and of the
+-- caller; `prev_inbox` / `prev_asked` where an idempotent request replies now (the
+-- caller's own when it does not know better); `idem` the index of the idempotency key
+-- (`{p}:idem:`, never written, when the ask has none). `claimed_owner` is '' for none,
+-- `fingerprint` '' when the ask is not idempotent, `mode` 'new' (publish request_id) or
+-- 'attach' (request_id is the one the index named), `resent` '1' when an earlier send
+-- of this very ask may have run, `gone` a request id the caller found expired.
+-- replies: OFFERED tier entry | ATTACHED tier | SETTLED body | ABORTED |
+-- replies: DELEGATED_CALLER owner | NO_ANSWERER message | EXISTS | STALE |
+-- replies: OWNER owner | REDIRECT id | GONE
+-- (the last three: run it again, with the owner's agent key declared, on the request
+-- the index names, or on a fresh request)
+--@include request
+if redis.call('EXISTS', K.aborted) == 1 then return {'ABORTED'} end
 
 -- Who owns the caller is what the agent registry says (the owner a registered agent
 -- was registered with), not what the caller claims; the claim counts only for an agent
 -- that never registered. A live owner makes the caller a delegated child.
-local owner = redis.call('GET', AGENT) or ARGV[8]
+local owner = redis.call('GET', K.agent) or A.claimed_owner
 if owner ~= '' then
-  if OWNER ~= ARGV[18] .. owner then return {'OWNER', owner} end
-  if redis.call('EXISTS', OWNER) == 1 then return {'DELEGATED_CALLER', owner} end
+  if K.owner ~= A.agent_prefix .. owner then return {'OWNER', owner} end
+  if redis.call('EXISTS', K.owner) == 1 then return {'DELEGATED_CALLER', owner} end
 end
 
-local idempotent = ARGV[13] ~= ''
+local idempotent = A.fingerprint ~= ''
 if idempotent then
-  local known = redis.call('GET', k.idem)
-  if known and known ~= request_id and known ~= ARGV[17] then return {'REDIRECT', known} end
+  local known = redis.call('GET', K.idem)
+  if known and known ~= request_id and known ~= A.gone then return {'REDIRECT', known} end
 end
 
 local function register_caller()
-  redis.call('SET', ALIVE, '1', 'PX', tonumber(ARGV[10]))
-  redis.call('SADD', CALLERS, ARGV[9])
-  redis.call('SADD', k.asked, request_id)
+  redis.call('SET', K.alive, '1', 'PX', tonumber(A.caller_ttl_ms))
+  redis.call('SADD', K.callers, A.process)
+  redis.call('SADD', K.asked, request_id)
 end
 
-if redis.call('EXISTS', k.req) == 1 then
+if redis.call('EXISTS', K.req) == 1 then
   local r = load()
   if idempotent then
-    if redis.call('HGET', k.req, 'fingerprint') ~= ARGV[13] then return {'EXISTS'} end
-  elseif ARGV[16] ~= '1' or r.inbox ~= k.inbox then
+    if redis.call('HGET', K.req, 'fingerprint') ~= A.fingerprint then return {'EXISTS'} end
+  elseif A.resent ~= '1' or r.inbox ~= K.inbox then
     return {'EXISTS'}  -- request ids are never reused: not this caller's ask
   end
-  if TERMINAL[r.state] then return {'SETTLED', redis.call('GET', k.reply) or ''} end
-  if r.inbox ~= k.inbox then
-    if PREV_INBOX ~= r.inbox then return {'STALE'} end  -- the caller must declare it
+  if TERMINAL[r.state] then return {'SETTLED', redis.call('GET', K.reply) or ''} end
+  if r.inbox ~= K.inbox then
+    if K.prev_inbox ~= r.inbox then return {'STALE'} end  -- the caller must declare it
     -- A caller still waiting there (not one that restarted) is told, not left hanging.
-    redis.call('RPUSH', PREV_INBOX, request_id .. ' ' .. ARGV[14])
-    redis.call('EXPIRE', PREV_INBOX, tonumber(ARGV[2]))
-    redis.call('SREM', PREV_ASKED, request_id)
-    redis.call('HSET', k.req, 'inbox', k.inbox)
+    redis.call('RPUSH', K.prev_inbox, request_id .. ' ' .. A.taken_over)
+    redis.call('EXPIRE', K.prev_inbox, settled_ttl)
+    redis.call('SREM', K.prev_asked, request_id)
+    redis.call('HSET', K.req, 'inbox', K.inbox)
   end
   register_caller()
   return {'ATTACHED', r.tier or ''}
 end
-if ARGV[15] == 'attach' then
+if A.mode == 'attach' then
   -- The request the index named has expired (the index with it, or about to): its
   -- reply may outlast the hash by a moment; otherwise the caller asks anew.
-  local body = redis.call('GET', k.reply)
+  local body = redis.call('GET', K.reply)
   if body then return {'SETTLED', body} end
   return {'GONE'}
 end
 
 local now = now_ms()
-local priority, members = route(GROUPS, LIVE, nil, now)
+local priority, members = route(K.groups, K.live, nil, now)
 if priority == nil then return {'NO_ANSWERER', NO_ANSWERER_MESSAGE} end
 if not tier_stream(priority) then return {'STALE'} end
 
 -- The payload has its own key: kept out of the hash, the hash stays small enough for
 -- Redis's compact encoding (hash-max-listpack-value), about 1 KiB less per request.
-redis.call('SET', k.payload, ARGV[5])
-redis.call('HSET', k.req, 'inbox', k.inbox, 'turn', ARGV[6],
-  'agent', ARGV[7], 'created_ms', now, 'fingerprint', ARGV[13])
+redis.call('SET', K.payload, A.payload_json)
+redis.call('HSET', K.req, 'inbox', K.inbox, 'turn', A.turn_id,
+  'agent', A.agent_id, 'created_ms', now, 'fingerprint', A.fingerprint)
 if idempotent then  -- (abort_turn reads which index to expire from the hash)
-  redis.call('SET', k.idem, request_id)
-  redis.call('HSET', k.req, 'idem', k.idem)
+  redis.call('SET', K.idem, request_id)
+  redis.call('HSET', K.req, 'idem', K.idem)
 end
-local entry = offer_to(k, request_id, priority, members, now)
-local timeout = tonumber(ARGV[11])
+local entry = offer_to(K, request_id, priority, members, now)
+local timeout = tonumber(A.timeout_ms)
 if timeout > 0 then
-  redis.call('SET', k.timeout_body, ARGV[12])
-  add_timer(k, 'timeout|' .. request_id, now + timeout)
+  redis.call('SET', K.timeout_body, A.timeout_settlement)
+  add_timer(K, 'timeout|' .. request_id, now + timeout)
 end
-redis.call('SADD', k.turn, request_id)
-redis.call('ZADD', k.pending, now, request_id)
+redis.call('SADD', K.turn, request_id)
+redis.call('ZADD', K.pending, now, request_id)
 register_caller()
 return {'OFFERED', tostring(priority), entry}

@@ -1,17 +1,19 @@
 -- Shared by every request script (included where a script says `--@include common`).
+-- Such a script declares the arguments tier_prefix, settled_ttl and events_maxlen.
 --
--- A request script gets, in KEYS, the keys of the request it changes plus the streams
--- of every tier the caller knows of. A stream it needs but was not given means the
--- caller's view of the waterfall is stale: the script changes nothing and returns
--- {'STALE'}, and the caller refreshes its view and runs it again.
+-- A script that may move a request to another tier gets the streams of every tier the
+-- caller knows of (`+tiers`); one that acts on the group's own tier, that one stream. A
+-- stream it needs but was not given means the caller's view of the waterfall is
+-- stale: the script changes nothing and returns {'STALE'}, and the caller refreshes its
+-- view and runs it again.
 
 local TERMINAL = {ANSWERED = true, FAILED = true, CANCELLED = true}
 local NO_ANSWERER_MESSAGE = 'No answerer accepted this question, so nobody can answer it now. '
   .. 'Continue with your best judgement, or report the open question in your final result.'
 
-local tier_prefix = ARGV[1]
-local settled_ttl = tonumber(ARGV[2])
-local events_maxlen = ARGV[3]
+local tier_prefix = A.tier_prefix
+local settled_ttl = tonumber(A.settled_ttl)
+local events_maxlen = A.events_maxlen
 
 local declared = {}
 for _, key in ipairs(KEYS) do
@@ -119,9 +121,12 @@ end
 local function end_offer(k, request_id)
   local tier, offer, offered = unpack(redis.call('HMGET', k.req, 'tier', 'offer', 'offered'))
   if tier and offer then
-    local stream = tier_prefix .. tier
     local groups = split(offered)
-    for _, group in ipairs(groups) do redis.pcall('XACK', stream, group, offer) end
+    -- The stream is declared: each caller checked current_view (or the tier) first.
+    local stream = tier_stream(tier)
+    if stream then
+      for _, group in ipairs(groups) do redis.pcall('XACK', stream, group, offer) end
+    end
     drop_offer_timers(k, request_id, offer, groups)
   end
 end

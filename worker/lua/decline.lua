@@ -1,11 +1,15 @@
---@include request
 -- A group of the current tier declines; when no group of the tier is left deciding or
 -- holding a claim, the request falls through to the next tier (or fails NO_ANSWERER).
 -- A claim is not declined away: its entry stays pending until the claim ends.
--- ARGV[5]: group, [6]: tier, [7]: offer entry id
-local group = ARGV[5]
+-- uses: req reply payload timeout_body idem inbox asked turn pending events
+-- uses: groups live group_info timers wake +tiers
+-- args: tier_prefix settled_ttl events_maxlen request_id group tier offer
+-- replies: DECLINED state | CLAIMED | SETTLED state by code | NOT_FOUND | STALE_OFFER
+-- replies: NOT_OFFERED | STALE
+--@include request
+local group = A.group
 local r = load()
-local reply = not_deciding(r, group, ARGV[6], ARGV[7])
+local reply = not_deciding(r, group, A.tier, A.offer)
 if reply then return reply end
 local state = leave_undecided(r, group)
 if not state then return {'STALE'} end

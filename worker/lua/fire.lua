@@ -1,4 +1,3 @@
---@include request
 -- A timer is due. Removing it from the timers zset is what fires it, so of the sweepers
 -- (and callers) racing on it exactly one fires it; a timer made moot by a transition
 -- since is dropped without effect.
@@ -7,23 +6,27 @@
 --   escalate  the group's claim was not answered in time: as if it released; its
 --             channel retracts (event ESCALATED)
 --   remind    the group's channel re-notifies (event REMIND)
--- ARGV[5]: timer member
-local member = ARGV[5]
-if not redis.call('ZSCORE', k.timers, member) then return {'GONE'} end
+-- uses: req reply payload timeout_body idem inbox asked turn pending events
+-- uses: groups live group_info timers wake +tiers
+-- args: tier_prefix settled_ttl events_maxlen request_id timer
+-- replies: FIRED state | MOOT | GONE | STALE
+--@include request
+local member = A.timer
+if not redis.call('ZSCORE', K.timers, member) then return {'GONE'} end
 local kind, _, offer, group = string.match(member, '^(%a+)|([^|]*)|?([^|]*)|?([^|]*)$')
 local r = load()
 
 local function moot()
-  drop_timer(k, member)
+  drop_timer(K, member)
   return {'MOOT'}
 end
 
 if not r.state or TERMINAL[r.state] then return moot() end
 if kind == 'timeout' then
   if not current_view(r) then return {'STALE'} end
-  local body = redis.call('GET', k.timeout_body)
+  local body = redis.call('GET', K.timeout_body)
   local settlement = cjson.decode(body)
-  settle(k, request_id, settlement.state, settlement.code or '', body, settlement.by or '')
+  settle(K, request_id, settlement.state, settlement.code or '', body, settlement.by or '')
   return {'FIRED', settlement.state}
 end
 if r.offer ~= offer then return moot() end
@@ -35,12 +38,12 @@ elseif kind == 'escalate' then
   if not contains(r.claimers, group) then return moot() end
   state = leave_claim(r, group)
   if state then
-    announce(k, request_id, 'ESCALATED', '', '', 'group', group)
+    announce(K, request_id, 'ESCALATED', '', '', 'group', group)
   end
 elseif kind == 'remind' then
   if not contains(r.claimers, group) then return moot() end
-  drop_timer(k, member)
-  announce(k, request_id, 'REMIND', '', '', 'group', group)
+  drop_timer(K, member)
+  announce(K, request_id, 'REMIND', '', '', 'group', group)
   return {'FIRED', r.state}
 else
   return moot()

@@ -8,14 +8,12 @@
 -- registry holds changes nothing and is told what the group is (CONFLICT). Its kind
 -- and timings (decision window, escalation, reminder) are the last starter's.
 --
--- KEYS: groups, group_info, live, consumers of the group, the tier's stream
--- ARGV: group, priority, info JSON (kind, scope, priority, timings, identity),
---       identity (the scope, canonical JSON), consumer, ttl ms, 'start' | 'beat'
--- Returns: {'OK', '1' if something had to be written again, else '0'} |
---          {'CONFLICT', registered priority, registered info JSON}
-local GROUPS, INFO, LIVE, CONSUMERS, STREAM = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local group, priority, info, identity = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local consumer, ttl, mode = ARGV[5], tonumber(ARGV[6]), ARGV[7]
+-- uses: groups group_info live consumers stream
+-- args: group priority info identity consumer ttl_ms mode
+-- replies: OK restored | CONFLICT priority info
+local GROUPS, INFO, LIVE, CONSUMERS, STREAM = K.groups, K.group_info, K.live, K.consumers, K.stream
+local group, priority, info, identity = A.group, A.priority, A.info, A.identity
+local consumer, ttl, mode = A.consumer, tonumber(A.ttl_ms), A.mode
 
 local registered = redis.call('HGET', GROUPS, group)
 local known = redis.call('HGET', INFO, group)

@@ -1,8 +1,11 @@
---@include request
 -- A group gives back its claim (it could not show the question, or its human passed).
 -- The last release of a tier with nobody left deciding: fall through to the next tier.
--- ARGV[5]: group
-local group = ARGV[5]
+-- uses: req reply payload timeout_body idem inbox asked turn pending events
+-- uses: groups live group_info timers wake +tiers
+-- args: tier_prefix settled_ttl events_maxlen request_id group
+-- replies: RELEASED state | NOT_CLAIMED state | SETTLED state by code | NOT_FOUND | STALE
+--@include request
+local group = A.group
 local r = load()
 if not r.state or TERMINAL[r.state] then return gone(r) end
 if not contains(r.claimers, group) then return {'NOT_CLAIMED', r.state} end

@@ -1,11 +1,11 @@
 -- Forget an answerer group (`askq group remove`): its consumer group on its tier's
 -- stream, its registry entries, its replicas' liveness. The caller gave back what it
 -- held first. Refused while a replica of it is live (it would register it again).
--- KEYS: groups, group_info, live, consumers of the group, the tier's stream
--- ARGV: group
--- Returns: {'REMOVED'} | {'LIVE', live replicas}
-local GROUPS, INFO, LIVE, CONSUMERS, STREAM = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local group = ARGV[1]
+-- uses: groups group_info live consumers stream
+-- args: group
+-- replies: REMOVED | LIVE replicas
+local GROUPS, INFO, LIVE, CONSUMERS, STREAM = K.groups, K.group_info, K.live, K.consumers, K.stream
+local group = A.group
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local live = redis.call('ZCOUNT', CONSUMERS, '(' .. now, '+inf')

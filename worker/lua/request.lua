@@ -1,25 +1,13 @@
 --@include common
--- The layout of every per-request script:
--- KEYS: req, reply, inbox, turn, pending, events, groups, live, aborted, owner,
---       group_info, timers, wake, asked, callers, alive, prev_asked, prev_inbox,
---       payload, timeout body, idem, agent, tier streams...
--- ARGV: tier_prefix, settled_ttl, events_maxlen, request_id, <script's own>...
--- `asked` is the set of pending asks of the caller process whose inbox is `inbox`;
--- `alive` that process's heartbeat key; `idem` the request's idempotency index
--- (`{p}:idem:`, never written, when it has none); `owner` and `agent` are the agent
--- keys of the caller's owner and of the caller (ask.lua; placeholders elsewhere).
+-- Shared by the per-request scripts: reading the request, and the guards and moves of
+-- its transitions. A script reads the keys and arguments it declared (K, A); the ones
+-- used here are req and request_id, and, to move a request on, groups, live and the
+-- keys settle() writes (common.lua).
 
-local k = {req = KEYS[1], reply = KEYS[2], inbox = KEYS[3], turn = KEYS[4],
-  pending = KEYS[5], events = KEYS[6], group_info = KEYS[11], timers = KEYS[12],
-  wake = KEYS[13], asked = KEYS[14], payload = KEYS[19], timeout_body = KEYS[20],
-  idem = KEYS[21]}
-local GROUPS, LIVE, ABORTED, OWNER = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local CALLERS, ALIVE, PREV_ASKED, PREV_INBOX = KEYS[15], KEYS[16], KEYS[17], KEYS[18]
-local AGENT = KEYS[22]
-local request_id = ARGV[4]
+local request_id = A.request_id
 
 local function load()
-  local f = redis.call('HMGET', k.req, 'state', 'tier', 'offer', 'undecided', 'claimers',
+  local f = redis.call('HMGET', K.req, 'state', 'tier', 'offer', 'undecided', 'claimers',
     'by', 'code', 'inbox')
   return {state = f[1], tier = f[2], offer = f[3], undecided = split(f[4]),
     claimers = split(f[5]), by = f[6] or '', code = f[7] or '', inbox = f[8]}
@@ -35,7 +23,7 @@ end
 -- caller's inbox must be the one the request replies to now (an idempotent ask from a
 -- restarted caller moves it). Else the script changes nothing and returns STALE.
 local function current_view(r)
-  if r.inbox and r.inbox ~= k.inbox then return false end
+  if r.inbox and K.inbox and r.inbox ~= K.inbox then return false end
   return (not r.tier) or tier_stream(r.tier) ~= nil
 end
 
@@ -60,9 +48,9 @@ end
 -- NO_ANSWERER. Returns the new state, or nil (changing nothing) when the next tier's
 -- stream was not declared.
 local function move_on(shown)
-  local plan = plan_fall_through(k.req, GROUPS, LIVE)
+  local plan = plan_fall_through(K.req, K.groups, K.live)
   if not plan then return nil end
-  return fall_through(k, request_id, plan, shown)
+  return fall_through(K, request_id, plan, shown)
 end
 
 -- The group leaves the undecided set of the current offer (it declined, or its
@@ -73,8 +61,8 @@ local function leave_undecided(r, group)
   local undecided = without(r.undecided, group)
   if #undecided == 0 and #r.claimers == 0 then return move_on(false) end
   redis.call('XACK', tier_prefix .. r.tier, group, r.offer)
-  redis.call('HSET', k.req, 'undecided', table.concat(undecided, ','))
-  drop_timer(k, timer_of('window', request_id, r.offer, group))
+  redis.call('HSET', K.req, 'undecided', table.concat(undecided, ','))
+  drop_timer(K, timer_of('window', request_id, r.offer, group))
   return r.state
 end
 
@@ -86,7 +74,7 @@ local function leave_claim(r, group)
   if #claimers == 0 and #r.undecided == 0 then return move_on(true) end
   redis.pcall('XACK', tier_prefix .. r.tier, group, r.offer)
   local state = (#claimers == 0) and 'OFFERED' or 'CLAIMED'
-  redis.call('HSET', k.req, 'state', state, 'claimers', table.concat(claimers, ','))
-  drop_offer_timers(k, request_id, r.offer, {group})
+  redis.call('HSET', K.req, 'state', state, 'claimers', table.concat(claimers, ','))
+  drop_offer_timers(K, request_id, r.offer, {group})
   return state
 end

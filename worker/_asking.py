@@ -1,0 +1,477 @@
+"""The caller side: asking, waiting, withdrawing, aborting a turn, keeping agents live.
+
+`Asking` owns what one caller process needs: the reply waiter (one blocking connection
+for every pending ask), the process's heartbeat while it waits, the agents it keeps
+live. Each ask is one `PendingAsk`, from expecting its reply to its settlement or its
+withdrawal.
+
+REDIS_UNAVAILABLE means the question was not published: only a connection that could
+not be made (NotConnected) proves that. When Redis stops answering after the ask was
+sent (a timeout, a connection lost with the reply), the script may have run, so the
+ask is sent again, marked as a repeat, until Redis answers; a repeat of a request that
+exists attaches to it. An ask never fails while its question is answerable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+
+from ._connections import CONNECTION_ERRORS, NotConnected, redis_errors
+from ._errors import AskError, ErrorCode
+from ._heartbeat import keep_beating
+from ._keys import Keys
+from ._messages import ABORTED_MESSAGE, TIMED_OUT_MESSAGE
+from ._models import (
+    Answers,
+    AskInput,
+    AskRequest,
+    Caller,
+    Question,
+    Settlement,
+    check_text,
+    default_answers,
+    duration_ms,
+    parse_answers,
+    parse_input,
+    parse_scope,
+)
+from ._replies import Reply, ScriptReply, refusal
+from ._requests import RequestInfo, Requests
+from ._scripts import AskSend, Scripts
+from ._settings import Settings
+from ._types import AbortSignal, OnTimeout
+from ._waiter import ReplyWaiter
+
+log = logging.getLogger("askq.seam")
+
+MAX_HOPS = 8  # OWNER / REDIRECT / GONE in a row: more means the registry keeps changing
+RESEND_FIRST = 0.05
+RESEND_MAX = 2.0
+
+
+def idempotency_digest(key: str) -> str:
+    """The idempotency key as the request's index knows it (`Keys.idem`)."""
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def fingerprint(request: AskRequest) -> str:
+    """What makes a repeated idempotent ask 'the same ask': its questions and scope."""
+    body = json.dumps(
+        [[q.model_dump(by_alias=True) for q in request.questions], request.scope], sort_keys=True
+    )
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def build_request(
+    questions: AskInput | Mapping[str, Any] | Sequence[Question | Mapping[str, Any]] | str,
+    caller: Caller,
+    scope: Mapping[str, str] | None = None,
+    *,
+    idempotency_key: str | None = None,
+) -> AskRequest:
+    """A validated request (INVALID_REQUEST naming what is wrong), with a new id."""
+    if isinstance(questions, AskInput):
+        parsed = questions
+    elif isinstance(questions, Sequence) and not isinstance(questions, (str, bytes)):
+        items = [q.model_dump(by_alias=True) if isinstance(q, Question) else q for q in questions]
+        parsed = parse_input({"questions": items})
+    else:
+        parsed = parse_input(questions)
+    scope_dict = parse_scope(scope)
+    digest = None
+    if idempotency_key is not None:
+        digest = idempotency_digest(check_text(idempotency_key, "idempotency_key", 256))
+    # A new id for every request, idempotent or not: nothing keyed by a request id (a
+    # replica's cache, a channel's record of its message) can then outlive the request
+    # and be taken for another one asked later with the same key.
+    return AskRequest(
+        id=uuid.uuid4().hex,
+        questions=parsed.questions,
+        scope=scope_dict,
+        caller=caller,
+        created_ms=int(time.time() * 1000),
+        idempotency=digest,
+    )
+
+
+def timeout_settlement(
+    request: AskRequest, timeout: float | None, on_timeout: OnTimeout, default: Any
+) -> str:
+    """The settlement a timeout writes, decided (and validated) at ask time."""
+    if timeout is None:
+        return ""
+    if not timeout > 0:
+        raise AskError(ErrorCode.INVALID_REQUEST, f"timeout: must be > 0 seconds, not {timeout}")
+    if on_timeout == "fail":
+        body = Settlement(
+            state="CANCELLED", code=ErrorCode.TIMED_OUT, message=TIMED_OUT_MESSAGE, by="timeout"
+        )
+    elif on_timeout == "default":
+        answers = parse_answers(request.questions, default_answers(request, default))
+        body = Settlement(state="ANSWERED", answers=answers.answers, by="timeout", defaulted=True)
+    else:
+        raise AskError(
+            ErrorCode.INVALID_REQUEST,
+            f"on_timeout must be 'fail' or 'default', not {on_timeout!r}",
+        )
+    return body.model_dump_json(exclude_none=True)
+
+
+async def _aborted_within(signal: AbortSignal | None, seconds: float) -> bool:
+    """Wait `seconds`; True at once if the turn's signal fires meanwhile."""
+    if signal is None:
+        await asyncio.sleep(seconds)
+        return False
+    if signal.is_set():
+        return True
+    try:
+        await asyncio.wait_for(signal.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True
+
+
+class PendingAsk:
+    """One ask, from expecting its reply to its outcome. `request_id` and `future`
+    follow the request it ends up waiting on (another ask's, after a REDIRECT)."""
+
+    def __init__(self, asking: Asking, request: AskRequest, timeout_ms: int, body: str) -> None:
+        self.asking = asking
+        self.request = request
+        self.request_id = request.id
+        self.inbox = asking.keys.inbox(asking.process_id)
+        self.maybe_sent = False  # a send of this request id may have run
+        self._owner = request.caller.owner or asking.agents.get(request.caller.agent_id) or ""
+        self._mode = "new"
+        self._gone = ""
+        self._timeout_ms = timeout_ms
+        self._timeout_body = body
+        self.future: asyncio.Future[Settlement] = asking.waiter.expect(request.id)
+        asking.keep_alive()  # heartbeat this caller process while the ask is out
+
+    def forget(self) -> None:
+        """This ask no longer waits (it failed, settled at once, or was cancelled)."""
+        self.asking.waiter.forget(self.request_id, self.future)
+
+    def _switch(self, request_id: str, mode: str) -> None:
+        self.forget()
+        self.request_id, self._mode, self.maybe_sent = request_id, mode, False
+        self.future = self.asking.waiter.expect(request_id)
+
+    async def publish(self, signal: AbortSignal | None) -> ScriptReply:
+        """Run ask.lua until it gives an outcome: declaring the owner it names (OWNER),
+        on the request the index names (REDIRECT) or on a new one (GONE), and again
+        after a send whose reply was lost."""
+        hops, pause = 0, RESEND_FIRST
+        while True:
+            try:
+                reply = await self.asking.scripts.ask(self._send())
+            except AskError as exc:
+                if exc.code is not ErrorCode.REDIS_UNAVAILABLE:
+                    raise
+                if not self.maybe_sent and isinstance(exc.__cause__, NotConnected):
+                    raise  # never sent: nothing was published
+                self.maybe_sent = True
+                log.warning(
+                    "ask %s: no reply from Redis (%s); sending it again", self.request_id, exc
+                )
+                if await _aborted_within(signal, pause):
+                    raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE) from None
+                pause = min(pause * 2, RESEND_MAX)
+                continue
+            if reply.kind not in (Reply.OWNER, Reply.REDIRECT, Reply.GONE):
+                return reply
+            hops += 1
+            if hops > MAX_HOPS:
+                raise AskError(ErrorCode.INTERNAL, "the agent registry kept changing; try again")
+            if reply.kind is Reply.OWNER:
+                self._owner = reply.value(0)
+            elif reply.kind is Reply.REDIRECT:
+                self._switch(reply.value(0), "attach")
+            else:  # GONE: the request the index named expired; ask anew
+                self._gone = self.request_id
+                self._switch(self.request.id, "new")
+
+    def _send(self) -> AskSend:
+        request, asking = self.request, self.asking
+        return AskSend(
+            request=request,
+            request_id=self.request_id,
+            payload_json=request.model_dump_json(by_alias=True, exclude_defaults=True),
+            inbox=self.inbox,
+            owner=self._owner,
+            timeout_ms=self._timeout_ms,
+            timeout_settlement=self._timeout_body,
+            fingerprint=fingerprint(request) if request.idempotency is not None else "",
+            mode=self._mode,
+            resent=self.maybe_sent,
+            gone=self._gone,
+            caller_ttl_ms=duration_ms(asking.settings.caller_ttl, "caller_ttl"),
+            process=asking.process_id,
+        )
+
+    async def wait(self, signal: AbortSignal | None) -> Settlement:
+        """Until the request settles; the turn's signal withdraws it (an answer that
+        landed first is still the answer), and so does this task's cancellation."""
+        future, asking = self.future, self.asking
+        try:
+            if signal is not None:
+                fired = asyncio.ensure_future(signal.wait())
+                try:
+                    await asyncio.wait({future, fired}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    fired.cancel()
+                if not future.done() and not await asking.withdraw(self.request_id):
+                    # Redis out of reach: the withdrawal lands once it is back; the
+                    # turn is over now.
+                    raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if not future.done():
+                await asking.withdraw(self.request_id)
+            raise
+        finally:
+            if not future.done():
+                self.forget()
+
+    async def time_out(self) -> None:
+        """The ask's own timeout: fire it (Redis unreachable: again, until it fires or
+        the ask ends), so timeouts hold without a sweeper, through an outage too."""
+        pause = 0.05
+        while not self.future.done():
+            try:
+                reply = await self.asking.scripts.fire(f"timeout|{self.request_id}")
+                if reply.kind is not Reply.FIRED:
+                    # Fired by someone else (its settlement is on its way), or the
+                    # request is gone: either way this ask must end.
+                    await self.asking.waiter.recheck(self.asking.redis, [self.request_id])
+                return
+            except (AskError, *CONNECTION_ERRORS) as exc:
+                if isinstance(exc, AskError) and exc.code is not ErrorCode.REDIS_UNAVAILABLE:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+
+class Asking:
+    def __init__(
+        self,
+        scripts: Scripts,
+        requests: Requests,
+        settings: Settings,
+        process_id: str,
+        connect: Callable[[], Redis],
+    ) -> None:
+        self.scripts = scripts
+        self.requests = requests
+        self.redis = scripts.redis
+        self.keys: Keys = scripts.keys
+        self.settings = settings
+        self.process_id = process_id
+        self.waiter = ReplyWaiter(
+            connect,
+            self.keys.inbox(process_id),
+            self.keys.reply,
+            settings.block_seconds,
+            self.keys.request,
+        )
+        self.agents: dict[str, str | None] = {}  # agents kept live here -> their owner
+        self._beating: asyncio.Future[None] | None = None
+        self._background: set[asyncio.Future[Any]] = set()
+
+    # --- one ask -----------------------------------------------------------------------
+
+    async def ask(
+        self,
+        questions: AskInput | Mapping[str, Any] | Sequence[Question | Mapping[str, Any]] | str,
+        caller: Caller,
+        *,
+        scope: Mapping[str, str] | None = None,
+        signal: AbortSignal | None = None,
+        timeout: float | None = None,
+        on_timeout: OnTimeout = "fail",
+        default: Any = None,
+        idempotency_key: str | None = None,
+    ) -> Answers:
+        request = build_request(questions, caller, scope, idempotency_key=idempotency_key)
+        timeout_ms = duration_ms(timeout, "timeout") if timeout is not None else 0
+        body = timeout_settlement(request, timeout, on_timeout, default)
+        if signal is not None and signal.is_set():
+            raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
+        pending = PendingAsk(self, request, timeout_ms, body)
+        try:
+            reply = await pending.publish(signal)
+        except asyncio.CancelledError:
+            # Cancelled while publishing: the request may be out there with nobody
+            # waiting for it, so withdraw it (a no-op if it never got published).
+            pending.forget()
+            await self.withdraw(pending.request_id)
+            raise
+        except BaseException:
+            pending.forget()
+            if pending.maybe_sent:  # it may be live, with nobody waiting for it now
+                await self.withdraw(pending.request_id)
+            raise
+        if reply.kind is Reply.SETTLED:
+            pending.forget()
+            if not reply.value(0):
+                raise AskError(
+                    ErrorCode.NOT_FOUND, f"request {pending.request_id!r} settled and expired"
+                )
+            return Settlement.model_validate_json(reply.value(0)).result()
+        if reply.kind not in (Reply.OFFERED, Reply.ATTACHED):
+            pending.forget()
+            raise refusal(
+                reply,
+                pending.request_id,
+                agent_id=caller.agent_id,
+                idempotency_key=idempotency_key,
+            )
+        if pending.request_id == request.id:
+            self.requests.remember(RequestInfo(request=request, inbox=pending.inbox))
+        else:  # reattached to an earlier ask's request: its own facts are in Redis
+            self.requests.forget(pending.request_id)
+        self.waiter.published(pending.request_id)
+        timer = None
+        if timeout is not None:
+            # The caller enforces its own timeout (the sweeper does too, for a caller
+            # that is gone); firing is guarded, so only one of them does.
+            timer = asyncio.get_running_loop().call_later(
+                timeout, lambda: self._spawn(pending.time_out())
+            )
+        try:
+            return (await pending.wait(signal)).result()
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    # --- withdrawing -------------------------------------------------------------------
+
+    async def cancel(self, request_id: str, code: ErrorCode, message: str, *, by: str) -> bool:
+        """Settle a pending request as CANCELLED; False if it had already settled."""
+        body = Settlement(state="CANCELLED", code=code, message=message, by=by)
+        reply = await self.scripts.cancel(
+            request_id, code.value, body.model_dump_json(exclude_none=True), by
+        )
+        return reply.kind is Reply.CANCELLED
+
+    async def withdraw(self, request_id: str) -> bool:
+        """The caller gives up on its ask (signal, cancelled task, or a publication it
+        could not confirm). Shielded, so it completes even while the caller's task is
+        being cancelled. True once Redis has it (or nothing was left to withdraw);
+        False when Redis is out of reach: it is then retried in the background until it
+        lands, so a question nobody waits for does not stay answerable."""
+        return await asyncio.shield(self._withdraw_once(request_id, retry_later=True))
+
+    async def _withdraw_once(self, request_id: str, *, retry_later: bool) -> bool:
+        try:
+            await self.cancel(request_id, ErrorCode.ABORTED, ABORTED_MESSAGE, by="caller")
+        except AskError as exc:
+            if exc.code is ErrorCode.REDIS_UNAVAILABLE:
+                if retry_later:
+                    self._spawn(self._withdraw_later(request_id))
+                return False
+            if exc.code is not ErrorCode.NOT_FOUND:  # NOT_FOUND: it was never published
+                log.warning("could not withdraw %s: %s", request_id, exc)
+        return True
+
+    async def _withdraw_later(self, request_id: str) -> None:
+        pause = 0.1
+        while not await self._withdraw_once(request_id, retry_later=False):
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 5.0)
+
+    async def abort_turn(self, turn_id: str, *, by: str = "abort") -> int:
+        """Mark the turn aborted (durably, first), then cancel its pending requests.
+        Returns how many this call cancelled."""
+        check_text(turn_id, "turn", 200)
+        body = Settlement(
+            state="CANCELLED", code=ErrorCode.ABORTED, message=ABORTED_MESSAGE, by=by
+        ).model_dump_json(exclude_none=True)
+        reply = await self.scripts.abort_turn(turn_id, body, by)
+        return int(reply.value(0, "0"))
+
+    # --- liveness ----------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def agent(self, agent_id: str, owner: str | None = None) -> AsyncIterator[None]:
+        """Keep an agent registered as live (with its owner) while the block runs."""
+        check_text(agent_id, "agent", 200)
+        if owner is not None:
+            check_text(owner, "owner", 200)
+        key = self.keys.agent(agent_id)
+        ttl_ms = duration_ms(self.settings.agent_ttl, "agent_ttl")
+
+        async def beat() -> None:
+            await self.redis.set(key, owner or "", px=ttl_ms)
+
+        with redis_errors(self.settings):
+            await beat()
+        self.agents[agent_id] = owner
+        period = self.settings.agent_ttl / 3
+        task = asyncio.create_task(_beat_later(f"agent {agent_id}", beat, period))
+        try:
+            yield
+        finally:
+            task.cancel()
+            self.agents.pop(agent_id, None)
+            with contextlib.suppress(*CONNECTION_ERRORS):
+                await self.redis.delete(key)
+
+    def keep_alive(self) -> None:
+        """Heartbeat this caller process while it waits on asks, so the sweeper can tell
+        a caller that is gone (its asks are cancelled) from one that is waiting."""
+        if self._beating is not None and not self._beating.done():
+            return
+        key, ttl = self.keys.alive(self.process_id), self.settings.caller_ttl
+
+        async def beat() -> None:
+            await self.redis.set(key, "1", px=duration_ms(ttl, "caller_ttl"))
+
+        async def run() -> None:
+            while self.waiter.pending:
+                await keep_beating("caller", beat, ttl / 3, stop=self.waiter.idle)
+                # Nothing left to wait on: leave no trace (the script keeps the keys if
+                # an ask got in meanwhile, and so does this loop).
+                with contextlib.suppress(AskError):
+                    await self.forget_caller()
+
+        self._beating = asyncio.ensure_future(run())
+
+    async def forget_caller(self, process_id: str | None = None) -> None:
+        """Unregister a caller process with no ask pending (lua/forget_caller): this one,
+        as it leaves, or (the sweeper) another one whose heartbeat expired."""
+        own = process_id is None
+        await self.scripts.forget_caller(process_id or self.process_id, own=own)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def aclose(self) -> None:
+        beating = self._beating is not None
+        for task in [*self._background, *filter(None, [self._beating])]:
+            task.cancel()
+        if beating and not self.waiter.pending:
+            with contextlib.suppress(Exception):
+                await self.forget_caller()  # a clean exit leaves no trace
+        await self.waiter.aclose()
+
+
+async def _beat_later(
+    name: str, beat: Callable[[], Coroutine[Any, Any, None]], period: float
+) -> None:
+    await asyncio.sleep(period)  # the first beat was written already
+    await keep_beating(name, beat, period)

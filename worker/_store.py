@@ -1,0 +1,124 @@
+"""A channel's own state in Redis (`GroupHandle.store`), for what every replica of its
+group must see: a click may land at any replica, a send may run at any replica, and a
+replica may die at any point.
+
+Keys live under `{prefix}:<channel kind>:` (the deployment's hash tag), and each one
+expires `ASKQ_SETTLED_TTL` after its last write, like the requests they belong to. Two
+guards come with it: `once` (the first caller within a time wins: show an outcome once,
+remind at most once a minute) and a lease (one caller at a time does a thing, e.g.
+posts a message; a caller that died lets the lease run out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from redis.asyncio import Redis
+from redis.exceptions import WatchError
+
+from ._connections import redis_errors
+from ._settings import Settings
+
+
+class ChannelStore:
+    def __init__(self, redis: Redis, base: str, namespace: str, settings: Settings) -> None:
+        self._redis = redis
+        self._prefix = f"{base}:{namespace}:"
+        self._settings = settings
+        self.ttl = settings.settled_ttl  # seconds a key lasts after its last write
+
+    def key(self, name: str) -> str:
+        return self._prefix + name
+
+    # --- records (hashes) ----------------------------------------------------------------
+
+    async def fields(self, name: str, *fields: str) -> list[str | None]:
+        with redis_errors(self._settings):
+            found: list[str | None] = await self._redis.hmget(self.key(name), list(fields))  # type: ignore[misc]
+        return found
+
+    async def all_fields(self, name: str) -> dict[str, str]:
+        with redis_errors(self._settings):
+            found: dict[str, str] = await self._redis.hgetall(self.key(name))  # type: ignore[misc]
+        return found
+
+    async def set_fields(
+        self,
+        name: str,
+        values: Mapping[str, str],
+        *,
+        keep: bool = False,
+        drop_lease: str | None = None,
+    ) -> None:
+        """Write fields of record `name` (`keep`: only those not set yet) and renew its
+        expiry; `drop_lease`: end that lease in the same step (the thing it guarded is
+        done and recorded)."""
+        key = self.key(name)
+        with redis_errors(self._settings):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                for field, value in values.items():
+                    if keep:
+                        pipe.hsetnx(key, field, value)
+                    else:
+                        pipe.hset(key, field, value)
+                pipe.expire(key, self.ttl)
+                if drop_lease is not None:
+                    pipe.delete(self._lease(drop_lease))
+                await pipe.execute()
+
+    async def set_fields_unless_newer(
+        self, name: str, values: Mapping[str, str], stamp_field: str, stamp: float
+    ) -> bool:
+        """Write fields of `name` with `stamp` in `stamp_field`, unless the record already
+        holds a later stamp there (updates handled out of order, at several replicas).
+        True when written."""
+        key = self.key(name)
+        with redis_errors(self._settings):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                while True:
+                    try:
+                        await pipe.watch(key)
+                        newest = await pipe.hget(key, stamp_field)  # type: ignore[misc]
+                        if newest is not None and float(newest) > stamp:
+                            return False
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        pipe.hset(key, mapping={**values, stamp_field: repr(stamp)})
+                        pipe.expire(key, self.ttl)
+                        await pipe.execute()
+                        return True
+                    except WatchError:
+                        continue  # changed meanwhile: look again
+
+    async def delete(self, name: str) -> None:
+        with redis_errors(self._settings):
+            await self._redis.delete(self.key(name))
+
+    # --- guards --------------------------------------------------------------------------
+
+    async def once(self, name: str, seconds: int) -> bool:
+        """True the first time `name` is asked for within `seconds`."""
+        with redis_errors(self._settings):
+            return bool(await self._redis.set(self.key(name), "1", nx=True, ex=seconds))
+
+    async def forget_once(self, name: str) -> None:
+        """What `once` guarded failed: the next ask for `name` is the first again."""
+        await self.delete(name)
+
+    def _lease(self, name: str) -> str:
+        return self.key(f"lease:{name}")
+
+    async def lease(self, name: str, seconds: int) -> bool:
+        """True when this caller holds the lease `name` now (for `seconds`); False while
+        another does."""
+        with redis_errors(self._settings):
+            return bool(await self._redis.set(self._lease(name), "1", nx=True, ex=seconds))
+
+    async def lease_left(self, name: str) -> float:
+        """Seconds until the lease `name` runs out (at least 1)."""
+        with redis_errors(self._settings):
+            ttl = await self._redis.ttl(self._lease(name))
+        return float(max(ttl, 1))
+
+    async def drop_lease(self, name: str) -> None:
+        with redis_errors(self._settings):
+            await self._redis.delete(self._lease(name))

@@ -88,6 +88,15 @@ def _fakeredis_info() -> None:
         FakeSocket.info = command((), (bytes,), name="info")(info)
 
 
+@pytest.fixture(autouse=True)
+def scripts_touch_only_declared_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every script run in a test checks each key it touches was declared
+    (tests/script_checks.py): a script that reaches for another key fails the test."""
+    from script_checks import checked
+
+    monkeypatch.setattr("askq._scripts.load", checked)
+
+
 @pytest.fixture(scope="session")
 def fake_url() -> Iterator[str]:
     from fakeredis import TcpFakeServer

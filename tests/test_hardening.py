@@ -15,7 +15,8 @@ import pytest
 from conftest import SEED, YES, YES_JSON, Backend, running
 
 from askq import AskError, AskUserQuestionTool, Caller, ErrorCode, Seam
-from askq._models import duration_ms, parse_answers, parse_input
+from askq._checks import duration_ms
+from askq._models import parse_answers, parse_input
 from askq.answerers.memory import MemoryAnswerer
 
 DEPLOY = {

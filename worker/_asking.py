@@ -2,14 +2,8 @@
 
 `Asking` owns what one caller process needs: the reply waiter (one blocking connection
 for every pending ask), the process's heartbeat while it waits, the agents it keeps
-live. Each ask is one `PendingAsk`, from expecting its reply to its settlement or its
-withdrawal.
-
-REDIS_UNAVAILABLE means the question was not published: only a connection that could
-not be made (NotConnected) proves that. When Redis stops answering after the ask was
-sent (a timeout, a connection lost with the reply), the script may have run, so the
-ask is sent again, marked as a repeat, until Redis answers; a repeat of a request that
-exists attaches to it. An ask never fails while its question is answerable.
+live. Each ask is one `PendingAsk` (`_pending.py`), from expecting its reply to its
+settlement or its withdrawal.
 """
 
 from __future__ import annotations
@@ -17,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import time
 import uuid
@@ -26,7 +19,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from ._connections import CONNECTION_ERRORS, NotConnected, redis_errors
+from ._checks import check_text, duration_ms, parse_scope
+from ._connections import CONNECTION_ERRORS, redis_errors
 from ._errors import AskError, ErrorCode
 from ._heartbeat import keep_beating
 from ._keys import Keys
@@ -38,38 +32,24 @@ from ._models import (
     Caller,
     Question,
     Settlement,
-    check_text,
     default_answers,
-    duration_ms,
     parse_answers,
     parse_input,
-    parse_scope,
 )
-from ._replies import Reply, ScriptReply, refusal
+from ._pending import PendingAsk
+from ._replies import Reply, refusal
 from ._requests import RequestInfo, Requests
-from ._scripts import AskSend, Scripts
+from ._scripts import Scripts
 from ._settings import Settings
 from ._types import AbortSignal, OnTimeout
 from ._waiter import ReplyWaiter
 
 log = logging.getLogger("askq.seam")
 
-MAX_HOPS = 8  # OWNER / REDIRECT / GONE in a row: more means the registry keeps changing
-RESEND_FIRST = 0.05
-RESEND_MAX = 2.0
-
 
 def idempotency_digest(key: str) -> str:
     """The idempotency key as the request's index knows it (`Keys.idem`)."""
     return hashlib.sha256(key.encode()).hexdigest()[:32]
-
-
-def fingerprint(request: AskRequest) -> str:
-    """What makes a repeated idempotent ask 'the same ask': its questions and scope."""
-    body = json.dumps(
-        [[q.model_dump(by_alias=True) for q in request.questions], request.scope], sort_keys=True
-    )
-    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def build_request(
@@ -125,142 +105,6 @@ def timeout_settlement(
             f"on_timeout must be 'fail' or 'default', not {on_timeout!r}",
         )
     return body.model_dump_json(exclude_none=True)
-
-
-async def _aborted_within(signal: AbortSignal | None, seconds: float) -> bool:
-    """Wait `seconds`; True at once if the turn's signal fires meanwhile."""
-    if signal is None:
-        await asyncio.sleep(seconds)
-        return False
-    if signal.is_set():
-        return True
-    try:
-        await asyncio.wait_for(signal.wait(), seconds)
-    except TimeoutError:
-        return False
-    return True
-
-
-class PendingAsk:
-    """One ask, from expecting its reply to its outcome. `request_id` and `future`
-    follow the request it ends up waiting on (another ask's, after a REDIRECT)."""
-
-    def __init__(self, asking: Asking, request: AskRequest, timeout_ms: int, body: str) -> None:
-        self.asking = asking
-        self.request = request
-        self.request_id = request.id
-        self.inbox = asking.keys.inbox(asking.process_id)
-        self.maybe_sent = False  # a send of this request id may have run
-        self._owner = request.caller.owner or asking.agents.get(request.caller.agent_id) or ""
-        self._mode = "new"
-        self._gone = ""
-        self._timeout_ms = timeout_ms
-        self._timeout_body = body
-        self.future: asyncio.Future[Settlement] = asking.waiter.expect(request.id)
-        asking.keep_alive()  # heartbeat this caller process while the ask is out
-
-    def forget(self) -> None:
-        """This ask no longer waits (it failed, settled at once, or was cancelled)."""
-        self.asking.waiter.forget(self.request_id, self.future)
-
-    def _switch(self, request_id: str, mode: str) -> None:
-        self.forget()
-        self.request_id, self._mode, self.maybe_sent = request_id, mode, False
-        self.future = self.asking.waiter.expect(request_id)
-
-    async def publish(self, signal: AbortSignal | None) -> ScriptReply:
-        """Run ask.lua until it gives an outcome: declaring the owner it names (OWNER),
-        on the request the index names (REDIRECT) or on a new one (GONE), and again
-        after a send whose reply was lost."""
-        hops, pause = 0, RESEND_FIRST
-        while True:
-            try:
-                reply = await self.asking.scripts.ask(self._send())
-            except AskError as exc:
-                if exc.code is not ErrorCode.REDIS_UNAVAILABLE:
-                    raise
-                if not self.maybe_sent and isinstance(exc.__cause__, NotConnected):
-                    raise  # never sent: nothing was published
-                self.maybe_sent = True
-                log.warning(
-                    "ask %s: no reply from Redis (%s); sending it again", self.request_id, exc
-                )
-                if await _aborted_within(signal, pause):
-                    raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE) from None
-                pause = min(pause * 2, RESEND_MAX)
-                continue
-            if reply.kind not in (Reply.OWNER, Reply.REDIRECT, Reply.GONE):
-                return reply
-            hops += 1
-            if hops > MAX_HOPS:
-                raise AskError(ErrorCode.INTERNAL, "the agent registry kept changing; try again")
-            if reply.kind is Reply.OWNER:
-                self._owner = reply.value(0)
-            elif reply.kind is Reply.REDIRECT:
-                self._switch(reply.value(0), "attach")
-            else:  # GONE: the request the index named expired; ask anew
-                self._gone = self.request_id
-                self._switch(self.request.id, "new")
-
-    def _send(self) -> AskSend:
-        request, asking = self.request, self.asking
-        return AskSend(
-            request=request,
-            request_id=self.request_id,
-            payload_json=request.model_dump_json(by_alias=True, exclude_defaults=True),
-            inbox=self.inbox,
-            owner=self._owner,
-            timeout_ms=self._timeout_ms,
-            timeout_settlement=self._timeout_body,
-            fingerprint=fingerprint(request) if request.idempotency is not None else "",
-            mode=self._mode,
-            resent=self.maybe_sent,
-            gone=self._gone,
-            caller_ttl_ms=duration_ms(asking.settings.caller_ttl, "caller_ttl"),
-            process=asking.process_id,
-        )
-
-    async def wait(self, signal: AbortSignal | None) -> Settlement:
-        """Until the request settles; the turn's signal withdraws it (an answer that
-        landed first is still the answer), and so does this task's cancellation."""
-        future, asking = self.future, self.asking
-        try:
-            if signal is not None:
-                fired = asyncio.ensure_future(signal.wait())
-                try:
-                    await asyncio.wait({future, fired}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    fired.cancel()
-                if not future.done() and not await asking.withdraw(self.request_id):
-                    # Redis out of reach: the withdrawal lands once it is back; the
-                    # turn is over now.
-                    raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            if not future.done():
-                await asking.withdraw(self.request_id)
-            raise
-        finally:
-            if not future.done():
-                self.forget()
-
-    async def time_out(self) -> None:
-        """The ask's own timeout: fire it (Redis unreachable: again, until it fires or
-        the ask ends), so timeouts hold without a sweeper, through an outage too."""
-        pause = 0.05
-        while not self.future.done():
-            try:
-                reply = await self.asking.scripts.fire(f"timeout|{self.request_id}")
-                if reply.kind is not Reply.FIRED:
-                    # Fired by someone else (its settlement is on its way), or the
-                    # request is gone: either way this ask must end.
-                    await self.asking.waiter.recheck(self.asking.redis, [self.request_id])
-                return
-            except (AskError, *CONNECTION_ERRORS) as exc:
-                if isinstance(exc, AskError) and exc.code is not ErrorCode.REDIS_UNAVAILABLE:
-                    raise
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
 
 
 class Asking:

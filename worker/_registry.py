@@ -22,10 +22,11 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from ._answering import Answering
+from ._checks import duration_ms
 from ._connections import redis_errors, server_ms
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
-from ._models import GroupStatus, duration_ms
+from ._models import GroupStatus
 from ._replies import Reply
 from ._requests import Requests
 from ._scripts import Scripts

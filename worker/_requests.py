@@ -14,18 +14,11 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 from redis.asyncio import Redis
 
+from ._checks import REQUEST_ID_PATTERN, check_request_id
 from ._connections import redis_errors
 from ._errors import AskError, ErrorCode
 from ._keys import Keys, split_groups
-from ._models import (
-    REQUEST_ID_PATTERN,
-    TERMINAL,
-    AskRequest,
-    RequestState,
-    RequestStatus,
-    Settlement,
-    check_request_id,
-)
+from ._models import TERMINAL, AskRequest, RequestState, RequestStatus, Settlement
 from ._settings import Settings
 
 INFO_CACHE = 8192

@@ -34,11 +34,12 @@ from redis.exceptions import ResponseError
 
 from ._answerer import FINAL_REFUSALS, Answerer, GroupHandle
 from ._blocking import BlockingLoop, raise_if_cancelled
+from ._checks import duration_ms
 from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
 from ._heartbeat import keep_beating
 from ._hooks import HookResult, call_hook
-from ._models import AskRequest, Offer, duration_ms, scope_matches
+from ._models import AskRequest, Offer, scope_matches
 from ._registry import GroupSpec
 from ._replies import Reply
 from ._requests import RequestInfo

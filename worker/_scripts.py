@@ -31,6 +31,23 @@ from ._settings import Settings
 
 STALE_RETRIES = 5
 
+# Every script the runner runs (each a lua/<name>.lua; a test checks there is no other).
+NAMES = (
+    "ask",
+    "accept",
+    "decline",
+    "release",
+    "answer",
+    "claim_answer",
+    "cancel",
+    "fire",
+    "abort_turn",
+    "forget_caller",
+    "register",
+    "leave",
+    "remove_group",
+)
+
 # Keys by name -> the value of each; fresh: read what may have changed (after STALE).
 KeySource = Callable[[bool], Awaitable[Mapping[str, str]]]
 
@@ -110,6 +127,7 @@ class Scripts:
         """Run script `name` once: the keys and arguments it declares, by name (the
         deployment's keys and the common arguments need not be given), then the tier
         streams if it takes them, then `more_*` (a layout of its own: abort_turn)."""
+        assert name in NAMES, f"{name}: not a script of the runner's"
         script = load(name)
         named = {**self._deployment, **keys}
         key_list = [named[key] for key in script.keys]

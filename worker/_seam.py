@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 
 from ._answering import Answering
 from ._asking import Asking, build_request, idempotency_digest
+from ._checks import check_text
 from ._connections import blocking_client, command_client, redis_errors, server_ms
 from ._errors import ErrorCode
 from ._keys import Keys
@@ -38,7 +39,6 @@ from ._models import (
     RequestStatus,
     Settlement,
     Status,
-    check_text,
 )
 from ._registry import Registry
 from ._replies import Reply

@@ -11,108 +11,37 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import os
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from pydantic import ValidationError
-from redis.exceptions import RedisError
 
+from ._cli_admin import group, status
+from ._cli_base import CliGroup, fail, log_to_stderr, parse_scope_flags, run_cli
 from ._errors import AskError, ErrorCode
-from ._models import Caller, GroupStatus, validate_model
+from ._models import Caller, validate_model
 from ._plugins import answerer_kinds, load_answerer
 from ._runtime import AnswererRuntime, run_until_stopped, stop_on_signals
 from ._seam import Seam
 from ._settings import Settings, settings_error
 from ._text import cut, problems_message, visible
 
-T = TypeVar("T")
 
-
-def _fail(exc: AskError) -> None:
-    click.echo(visible(f"{exc.code.value}: {exc.message}", multiline=True), err=True)
-    sys.exit(exc.exit_status)
-
-
-class _VisibleFormatter(logging.Formatter):
-    """Log lines as a terminal should show them: agent text in a message (a label in a
-    refused answer, a header) cannot move the cursor or retitle the window."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return visible(super().format(record), multiline=True)
-
-
-def _log_to_stderr() -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(_VisibleFormatter("%(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    if not root.handlers:  # an embedding program's own logging wins
-        root.addHandler(handler)
-        root.setLevel(os.environ.get("ASKQ_LOG_LEVEL", "WARNING").upper())
-
-
-class _Group(click.Group):
-    """The command group: whatever escapes a command (a bug) is one `INTERNAL:` line
-    and exit status 1, not a traceback; `ASKQ_DEBUG=1` shows the traceback."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
-            raise
-        except BrokenPipeError:  # `askq status | head`: the reader left; so do we, quietly
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            sys.exit(1)
-        except Exception as exc:
-            if os.environ.get("ASKQ_DEBUG"):
-                raise
-            _fail(
-                AskError(
-                    ErrorCode.INTERNAL,
-                    f"unexpected {type(exc).__name__}: {exc} (ASKQ_DEBUG=1 shows the traceback)",
-                )
-            )
-
-
-def _run(main: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine; AskErrors become `CODE: message` and their exit status."""
-    try:
-        return asyncio.run(main())  # type: ignore[arg-type]
-    except AskError as exc:
-        _fail(exc)
-    except RedisError as exc:  # a reply askq did not expect (e.g. a script error)
-        _fail(AskError(ErrorCode.INTERNAL, f"unexpected Redis reply: {exc}"))
-    raise AssertionError("unreachable")
-
-
-def _scope(pairs: tuple[str, ...]) -> dict[str, str]:
-    scope = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{pair!r}: expected key=value", param_hint="--scope")
-        scope[key] = value
-    return scope
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--redis-url", envvar="ASKQ_REDIS_URL", help="Default: redis://localhost:6379/0")
 @click.option("--prefix", envvar="ASKQ_PREFIX", help="Key prefix (default askq).")
 @click.pass_context
 def main(ctx: click.Context, redis_url: str | None, prefix: str | None) -> None:
     """askq: let AI agents stop and ask a human, over Redis."""
-    _log_to_stderr()
+    log_to_stderr()
     given: dict[str, Any] = {"redis_url": redis_url, "prefix": prefix}
     overrides = {k: v for k, v in given.items() if v}
     try:
         ctx.obj = Settings(**overrides)
     except ValidationError as exc:
-        _fail(settings_error(exc))
+        fail(settings_error(exc))
 
 
 def _question_from_flags(
@@ -190,7 +119,7 @@ def ask(
     else:
         args = _read_input(file)
     caller = _caller(agent, turn, owner)
-    route = _scope(scope)
+    route = parse_scope_flags(scope)
     default = None
     if default_json is not None:
         try:
@@ -213,7 +142,7 @@ def ask(
             )
             return answers.to_json()
 
-    click.echo(_run(run))
+    click.echo(run_cli(run))
 
 
 def _read_input(file: Any) -> str:
@@ -223,7 +152,7 @@ def _read_input(file: Any) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        _fail(
+        fail(
             AskError(
                 ErrorCode.INVALID_REQUEST,
                 f"input: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
@@ -248,7 +177,7 @@ def _caller(agent: str | None, turn: str | None, owner: str | None) -> Caller:
         message = exc.message
         for field, flag in _CALLER_FLAGS.items():
             message = message.replace(f"{field}:", f"{flag}:")
-        _fail(AskError(exc.code, message))
+        fail(AskError(exc.code, message))
         raise AssertionError("unreachable") from None
 
 
@@ -318,13 +247,13 @@ def worker(
     options follow (e.g. `askq worker auto --rules rules.toml --policy first`); `askq
     answerers` lists them."""
     settings: Settings = ctx.obj
-    selector = _scope(scope)
+    selector = parse_scope_flags(scope)
     try:
         cls = load_answerer(kind)
         options = cls.Options.model_validate(_answerer_options(ctx.args))
         answerer = cls(options)
     except AskError as exc:
-        _fail(exc)
+        fail(exc)
         return
     except ValidationError as exc:
         fields = ", ".join(f"--{name.replace('_', '-')}" for name in cls.Options.model_fields)
@@ -334,7 +263,7 @@ def worker(
                 for e in exc.errors(include_url=False)
             ]
         )
-        _fail(AskError(ErrorCode.CONFIG_ERROR, f"{kind}: {problems} (options: {fields or 'none'})"))
+        fail(AskError(ErrorCode.CONFIG_ERROR, f"{kind}: {problems} (options: {fields or 'none'})"))
         return
 
     async def run() -> None:
@@ -358,7 +287,7 @@ def worker(
                 )
             )
 
-    _run(run)
+    run_cli(run)
 
 
 @main.command()
@@ -387,7 +316,7 @@ def sweeper(settings: Settings) -> None:
         )
         await run_until_stopped(task, stop)  # run_supervised closes the worker on its way out
 
-    _run(run)
+    run_cli(run)
 
 
 @main.command()
@@ -400,125 +329,8 @@ def abort(settings: Settings, turn: str) -> None:
         async with Seam(settings=settings) as seam:
             return await seam.abort_turn(turn, by="cli")
 
-    count = _run(run)
+    count = run_cli(run)
     click.echo(f"turn {turn} aborted; {count} pending request(s) cancelled")
-
-
-@main.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--limit", default=50, show_default=True, help="Requests to list.")
-@click.pass_obj
-def status(settings: Settings, as_json: bool, limit: int) -> None:
-    """Answerer groups (priority, live replicas, pending offers) and pending requests."""
-
-    async def run() -> Any:
-        async with Seam(settings=settings) as seam:
-            return await seam.status(limit=limit)
-
-    result = _run(run)
-    if as_json:
-        click.echo(result.model_dump_json(indent=2))
-        return
-    from rich.console import Console
-
-    console = Console(highlight=False)
-    console.print(_groups_table(result.groups))
-    requests = _table(
-        "pending requests",
-        ["request", "state", "tier", "waiting on", "header", "agent", "turn", "age"],
-    )
-    for r in result.requests:
-        requests.add_row(
-            *_cells(
-                r.id[:12],
-                r.state,
-                str(r.tier),
-                ",".join(r.claimers or r.undecided),
-                r.header,
-                r.agent,
-                r.turn,
-                f"{r.age_seconds:.0f}s",
-            )
-        )
-    console.print(requests)
-
-
-def _table(title: str, columns: list[str]) -> Any:
-    from rich.table import Table
-
-    return Table(*columns, title=title)
-
-
-def _cells(*values: str) -> list[Any]:
-    """Table cells as plain text: agent text (a header, an agent id) is neither rich
-    markup nor terminal control sequences."""
-    from rich.text import Text
-
-    return [Text(visible(value)) for value in values]
-
-
-def _groups_table(groups: list[GroupStatus]) -> Any:
-    table = _table("groups", ["group", "kind", "priority", "scope", "live replicas", "pending"])
-    for g in groups:
-        scope = ", ".join(f"{k}={v}" for k, v in g.scope.items()) or "*"
-        table.add_row(
-            *_cells(g.name, g.kind, str(g.priority), scope, str(g.live_consumers), str(g.pending))
-        )
-    return table
-
-
-@main.group()
-def group() -> None:
-    """The answerer groups: list them, remove one (to change its priority or scope),
-    prune those with no live replica."""
-
-
-@group.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.pass_obj
-def group_list(settings: Settings, as_json: bool) -> None:
-    """Every registered group: priority, kind, scope, live replicas, entries pending."""
-
-    async def run() -> list[GroupStatus]:
-        async with Seam(settings=settings) as seam:
-            return (await seam.status(limit=0)).groups
-
-    groups = _run(run)
-    if as_json:
-        click.echo(json.dumps([g.model_dump() for g in groups], indent=2))
-        return
-    from rich.console import Console
-
-    Console(highlight=False).print(_groups_table(groups))
-
-
-@group.command("remove")
-@click.argument("name")
-@click.pass_obj
-def group_remove(settings: Settings, name: str) -> None:
-    """Remove group NAME (stop its replicas first): what it holds is given back, so
-    the waterfall moves on, and it is forgotten. Its replicas may then start with
-    another priority or scope."""
-
-    async def run() -> int:
-        async with Seam(settings=settings) as seam:
-            return await seam.registry.remove(name)
-
-    moved = _run(run)
-    click.echo(f"group {name} removed; {moved} request(s) it held moved on")
-
-
-@group.command("prune")
-@click.pass_obj
-def group_prune(settings: Settings) -> None:
-    """Remove every group that has no live replica (as `remove` does)."""
-
-    async def run() -> list[str]:
-        async with Seam(settings=settings) as seam:
-            return await seam.registry.prune()
-
-    removed = _run(run)
-    click.echo(f"removed {len(removed)} group(s) with no live replica: {', '.join(removed) or '-'}")
 
 
 @main.command()
@@ -536,7 +348,7 @@ def demo(auto: bool, demo_url: str | None) -> None:
     joins a real deployment, unless --redis-url is given here."""
     from ._demo import run_demo
 
-    _run(lambda: run_demo(auto=auto, redis_url=demo_url))
+    run_cli(lambda: run_demo(auto=auto, redis_url=demo_url))
 
 
 @main.command()
@@ -554,6 +366,9 @@ def answerers() -> None:
             flag = "--" + name.replace("_", "-")
             click.echo(f"  {flag:<16} {field.description or ''}".rstrip())
 
+
+main.add_command(status)
+main.add_command(group)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -68,13 +68,13 @@ async def test_every_script_runs_and_keeps_to_its_keys(
     seam: Seam, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ran: set[str] = set()
-    real_call = seam.scripts.call
+    real_send = seam.scripts._send  # every script goes out through it
 
     async def spy(name: str, *args: Any, **kwargs: Any) -> Any:
         ran.add(name)
-        return await real_call(name, *args, **kwargs)
+        return await real_send(name, *args, **kwargs)
 
-    monkeypatch.setattr(seam.scripts, "call", spy)
+    monkeypatch.setattr(seam.scripts, "_send", spy)
 
     def caller(turn: str, agent: str = "agent") -> Caller:
         return Caller(agent_id=agent, turn_id=turn)

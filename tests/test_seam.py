@@ -428,17 +428,17 @@ async def test_replicas_that_left_are_forgotten(seam: Seam) -> None:
 async def test_ask_cancelled_while_publishing_withdraws_the_request(
     seam: Seam, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_call = seam.scripts.call
+    real_send = seam.scripts._send
     published = asyncio.Event()
 
     async def reply_lost(name: str, *args: Any, **kwargs: Any) -> Any:
-        result = await real_call(name, *args, **kwargs)
+        result = await real_send(name, *args, **kwargs)
         if name == "ask":  # published, but the caller is cancelled before it hears so
             published.set()
             await asyncio.Event().wait()
         return result
 
-    monkeypatch.setattr(seam.scripts, "call", reply_lost)
+    monkeypatch.setattr(seam.scripts, "_send", reply_lost)
     async with running(seam, MemoryAnswerer(), "mem"):
         task = await ask_task(seam)
         await published.wait()

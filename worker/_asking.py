@@ -122,9 +122,10 @@ class Asking:
         self.keys: Keys = scripts.keys
         self.settings = settings
         self.process_id = process_id
+        self.inbox = self.keys.inbox(process_id)  # this process's, shared by its asks
         self.waiter = ReplyWaiter(
             connect,
-            self.keys.inbox(process_id),
+            self.inbox,
             self.keys.reply,
             settings.block_seconds,
             self.keys.request,

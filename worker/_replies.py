@@ -47,7 +47,7 @@ class Reply(StrEnum):
     LIVE = "LIVE"  # not removed, a replica is live: how many
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ScriptReply:
     kind: Reply
     values: tuple[str, ...] = ()

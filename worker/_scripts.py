@@ -11,6 +11,7 @@ of a lost Redis into REDIS_UNAVAILABLE.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ from redis.commands.core import AsyncScript
 from ._connections import redis_errors
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
-from ._lua import load
+from ._lua import Script, load
 from ._messages import TAKEN_OVER
 from ._models import AskRequest
 from ._pipeline import ScriptPipeline
@@ -52,7 +53,7 @@ NAMES = (
 KeySource = Callable[[bool], Awaitable[Mapping[str, str]]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AskSend:
     """One send of ask.lua (lua/ask.lua's header says what each is)."""
 
@@ -71,6 +72,11 @@ class AskSend:
     process: str
 
 
+def _script_of(name: str) -> Script:
+    assert name in NAMES, f"{name}: not a script of the runner's"
+    return load(name)
+
+
 class Scripts:
     def __init__(self, redis: Redis, keys: Keys, settings: Settings, requests: Requests) -> None:
         self.redis = redis
@@ -80,6 +86,7 @@ class Scripts:
         self.pipeline = ScriptPipeline(redis)
         self._registered: dict[str, AsyncScript] = {}
         self._tiers: list[str] | None = None
+        self._reading_tiers: asyncio.Future[list[str]] | None = None
         k = keys
         self._deployment = {
             "pending": k.pending,
@@ -102,11 +109,18 @@ class Scripts:
 
     async def tier_streams(self, refresh: bool = False) -> list[str]:
         """The stream keys of every tier in the registry (a script that may move a
-        request to another tier must be given them)."""
-        if self._tiers is None or refresh:
-            with redis_errors(self.settings):
-                priorities = {int(p) for p in await self.redis.hvals(self.keys.groups)}  # type: ignore[misc]
-            self._tiers = [self.keys.tier(p) for p in sorted(priorities)]
+        request to another tier must be given them). One read at a time: a burst of
+        asks with nothing cached shares it."""
+        if self._tiers is not None and not refresh:
+            return self._tiers
+        if self._reading_tiers is None or self._reading_tiers.done():
+            self._reading_tiers = asyncio.ensure_future(self._read_tiers())
+        return await asyncio.shield(self._reading_tiers)
+
+    async def _read_tiers(self) -> list[str]:
+        with redis_errors(self.settings):
+            priorities = {int(p) for p in await self.redis.hvals(self.keys.groups)}  # type: ignore[misc]
+        self._tiers = [self.keys.tier(p) for p in sorted(priorities)]
         return self._tiers
 
     def _script(self, name: str) -> AsyncScript:
@@ -127,26 +141,44 @@ class Scripts:
         """Run script `name` once: the keys and arguments it declares, by name (the
         deployment's keys and the common arguments need not be given), then the tier
         streams if it takes them, then `more_*` (a layout of its own: abort_turn)."""
-        assert name in NAMES, f"{name}: not a script of the runner's"
-        script = load(name)
-        named = {**self._deployment, **keys}
-        key_list = [named[key] for key in script.keys]
-        if script.tiers:
-            key_list += await self.tier_streams()
-        values = {**self._common, **args}
-        arg_list = [values[arg] for arg in script.args]
+        script = _script_of(name)
+        tiers = await self.tier_streams() if script.tiers else []
+        arg_list = self._arg_list(script, args, more_args)
+        key_list = self._key_list(script, keys, tiers, more_keys)
+        del keys, args  # (a burst of calls waits below: each holds only its two lists)
+        return await self._send(name, key_list, arg_list)
+
+    async def _send(self, name: str, key_list: list[str], arg_list: list[Any]) -> Any:
         with redis_errors(self.settings):
-            return await self.pipeline.call(
-                self._script(name), [*key_list, *more_keys], [*arg_list, *more_args]
-            )
+            return await self.pipeline.call(self._script(name), key_list, arg_list)
+
+    def _key_list(
+        self,
+        script: Script,
+        keys: Mapping[str, str],
+        tiers: Sequence[str],
+        more: Sequence[str] = (),
+    ) -> list[str]:
+        deployment = self._deployment
+        found = [keys[key] if key in keys else deployment[key] for key in script.keys]
+        return [*found, *tiers, *more]
+
+    def _arg_list(
+        self, script: Script, args: Mapping[str, Any], more: Sequence[Any] = ()
+    ) -> list[Any]:
+        common = self._common
+        return [args[arg] if arg in args else common[arg] for arg in script.args] + list(more)
 
     async def _run(self, name: str, keys: KeySource, args: Mapping[str, Any]) -> ScriptReply:
         """Run until the reply is not STALE: then the tiers and the keys are read again."""
+        script = _script_of(name)
+        arg_list = self._arg_list(script, args)
+        del args
         for attempt in range(STALE_RETRIES):
             fresh = attempt > 0
-            if fresh:
-                await self.tier_streams(refresh=True)
-            reply = ScriptReply.of(await self.call(name, await keys(fresh), args))
+            tiers = await self.tier_streams(refresh=fresh) if script.tiers else []
+            key_list = self._key_list(script, await keys(fresh), tiers)
+            reply = ScriptReply.of(await self._send(name, key_list, arg_list))
             if reply.kind is not Reply.STALE:
                 return reply
         raise AskError(ErrorCode.INTERNAL, "the answerer registry kept changing; try again")
@@ -206,28 +238,34 @@ class Scripts:
                 "agent": k.agent(caller.agent_id),
             }
 
-        args = {
-            "request_id": send.request_id,
-            "payload_json": send.payload_json,
-            "turn_id": caller.turn_id,
-            "agent_id": caller.agent_id,
-            "claimed_owner": caller.owner or "",
-            "process": send.process,
-            "caller_ttl_ms": send.caller_ttl_ms,
-            "timeout_ms": send.timeout_ms,
-            "timeout_settlement": send.timeout_settlement,
-            "fingerprint": send.fingerprint,
-            "taken_over": TAKEN_OVER,
-            "mode": send.mode,
-            "resent": "1" if send.resent else "0",
-            "gone": send.gone,
-            "agent_prefix": k.agent(""),
-        }
-        return await self._run("ask", keys, args)
+        return await self._run(
+            "ask",
+            keys,
+            {
+                "request_id": send.request_id,
+                "payload_json": send.payload_json,
+                "turn_id": caller.turn_id,
+                "agent_id": caller.agent_id,
+                "claimed_owner": caller.owner or "",
+                "process": send.process,
+                "caller_ttl_ms": send.caller_ttl_ms,
+                "timeout_ms": send.timeout_ms,
+                "timeout_settlement": send.timeout_settlement,
+                "fingerprint": send.fingerprint,
+                "taken_over": TAKEN_OVER,
+                "mode": send.mode,
+                "resent": "1" if send.resent else "0",
+                "gone": send.gone,
+                "agent_prefix": k.agent(""),
+            },
+        )
 
     async def cancel(self, request_id: str, code: str, settlement: str, by: str) -> ScriptReply:
-        args = {"request_id": request_id, "code": code, "settlement": settlement, "by": by}
-        return await self._run("cancel", self._of_request(request_id), args)
+        return await self._run(
+            "cancel",
+            self._of_request(request_id),
+            {"request_id": request_id, "code": code, "settlement": settlement, "by": by},
+        )
 
     async def fire(self, timer: str) -> ScriptReply:
         """Fire a due timer (`timeout|<id>`, `window|<id>|<offer>|<group>`, ...). The
@@ -289,16 +327,21 @@ class Scripts:
 
     async def accept(self, request_id: str, group: str, tier: int, offer: str) -> ScriptReply:
         keys = self._of_request(request_id, tier=self.keys.tier(tier))
-        args = {"request_id": request_id, "group": group, "tier": tier, "offer": offer}
-        return await self._run("accept", keys, args)
+        return await self._run(
+            "accept", keys, {"request_id": request_id, "group": group, "tier": tier, "offer": offer}
+        )
 
     async def decline(self, request_id: str, group: str, tier: int, offer: str) -> ScriptReply:
-        args = {"request_id": request_id, "group": group, "tier": tier, "offer": offer}
-        return await self._run("decline", self._of_request(request_id), args)
+        return await self._run(
+            "decline",
+            self._of_request(request_id),
+            {"request_id": request_id, "group": group, "tier": tier, "offer": offer},
+        )
 
     async def release(self, request_id: str, group: str) -> ScriptReply:
-        args = {"request_id": request_id, "group": group}
-        return await self._run("release", self._of_request(request_id), args)
+        return await self._run(
+            "release", self._of_request(request_id), {"request_id": request_id, "group": group}
+        )
 
     async def answer(
         self, request_id: str, group: str, settlement: str, by: str, tier: int | None
@@ -316,22 +359,28 @@ class Scripts:
             found = await request_keys(fresh)
             return {**found, "tier": self.keys.tier(tier if tier is not None else 0)}
 
-        args = {"request_id": request_id, "group": group, "settlement": settlement, "by": by}
-        return await self._run("answer", keys, args)
+        return await self._run(
+            "answer",
+            keys,
+            {"request_id": request_id, "group": group, "settlement": settlement, "by": by},
+        )
 
     async def claim_answer(
         self, request_id: str, group: str, tier: int, offer: str, settlement: str, by: str
     ) -> ScriptReply:
         keys = self._of_request(request_id, tier=self.keys.tier(tier))
-        args = {
-            "request_id": request_id,
-            "group": group,
-            "tier": tier,
-            "offer": offer,
-            "settlement": settlement,
-            "by": by,
-        }
-        return await self._run("claim_answer", keys, args)
+        return await self._run(
+            "claim_answer",
+            keys,
+            {
+                "request_id": request_id,
+                "group": group,
+                "tier": tier,
+                "offer": offer,
+                "settlement": settlement,
+                "by": by,
+            },
+        )
 
     # --- the registry -------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ handful), plus one dedicated connection per blocking loop.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from typing import Any
 
@@ -106,7 +106,7 @@ class Seam:
 
     # --- the agent side (asking) --------------------------------------------------------
 
-    async def ask(
+    def ask(
         self,
         questions: AskInput | Mapping[str, Any] | Sequence[Question | Mapping[str, Any]] | str,
         caller: Caller,
@@ -117,7 +117,7 @@ class Seam:
         on_timeout: OnTimeout = "fail",
         default: Any = None,
         idempotency_key: str | None = None,
-    ) -> Answers:
+    ) -> Coroutine[Any, Any, Answers]:
         """Publish the questions and block until they are answered, or raise AskError.
 
         `timeout` (seconds; default none): then `on_timeout="fail"` raises TIMED_OUT, and
@@ -132,7 +132,9 @@ class Seam:
         unknown: the ask is sent again, idempotently, until Redis answers, so it never
         fails while a human can still see the question.
         """
-        return await self.asking.ask(
+        # The caller side's coroutine itself, not one wrapping it: 10,000 asks pending
+        # hold 10,000 coroutine frames, and a frame per ask more is megabytes.
+        return self.asking.ask(
             questions,
             caller,
             scope=scope,

@@ -174,19 +174,18 @@ class Registry:
             now = await server_ms(redis)
             floor: tuple[int, int] | None = None
             try:
-                groups = await redis.xinfo_groups(stream)
-            except ResponseError:  # no such stream
+                for info in await redis.xinfo_groups(stream):
+                    name = info["name"]
+                    candidates = []
+                    if info["pending"]:
+                        candidates.append((await redis.xpending(stream, name))["min"])
+                    live_until = await redis.zscore(self.keys.live, name)
+                    if live_until is not None and live_until > now:
+                        candidates.append(info["last-delivered-id"])
+                    for entry_id in filter(None, candidates):  # None: acknowledged meanwhile
+                        floor = min(floor or _stream_id(entry_id), _stream_id(entry_id))
+            except ResponseError:  # no such stream, or a group removed meanwhile: next round
                 return 0
-            for info in groups:
-                name = info["name"]
-                candidates = []
-                if info["pending"]:
-                    candidates.append((await redis.xpending(stream, name))["min"])
-                live_until = await redis.zscore(self.keys.live, name)
-                if live_until is not None and live_until > now:
-                    candidates.append(info["last-delivered-id"])
-                for entry_id in filter(None, candidates):  # None: acknowledged meanwhile
-                    floor = min(floor or _stream_id(entry_id), _stream_id(entry_id))
             if floor is None:
                 return 0
             trimmed = await redis.xtrim(stream, minid=f"{floor[0]}-{floor[1]}", approximate=False)

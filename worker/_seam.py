@@ -193,9 +193,6 @@ class Seam:
         """The group will not take it; the last decline of a tier moves it on."""
         await self.answering.decline(offer.request_id, offer.group, offer.tier, offer.offer_id)
 
-    async def decline_entry(self, request_id: str, group: str, tier: int, offer_id: str) -> Reply:
-        return await self.answering.decline(request_id, group, tier, offer_id)
-
     async def release(self, request_id: str, group: str) -> bool:
         """Give back the group's claim; the last release of a tier moves it on."""
         return await self.answering.release(request_id, group)
@@ -213,9 +210,6 @@ class Seam:
         return await self.answering.claim_and_answer(offer, answers, by=by)
 
     # --- reads (requests, registry) -----------------------------------------------------
-
-    def remember(self, info: RequestInfo) -> None:
-        self.requests.remember(info)
 
     async def request_info(self, request_id: str) -> RequestInfo:
         return await self.requests.info(request_id)

@@ -163,7 +163,9 @@ class SlackAnswerer(Answerer[SlackOptions]):
             return
         if not await self.store.lease_post(request_id):
             # Another run is posting it; look again once its lease is over.
-            raise RetryLater(await self.store.lease_left(request_id), "being posted elsewhere")
+            raise RetryLater(
+                await self.group.store.lease_left(request_id), "being posted elsewhere"
+            )
         try:
             response = await call(
                 "chat.postMessage",
@@ -176,11 +178,11 @@ class SlackAnswerer(Answerer[SlackOptions]):
                 ),
             )
         except SlackRefused as exc:
-            await self.store.drop_lease(request_id)
+            await self.group.store.drop_lease(request_id)
             await self._give_back(request_id, f"Slack refused to post to {route.channel}: {exc}")
             return
         except BaseException:
-            await self.store.drop_lease(request_id)
+            await self.group.store.drop_lease(request_id)
             raise
         await self.store.record_post(request_id, str(response["channel"]), str(response["ts"]))
         await self.update_message(request_id)  # a no-op unless it settled while we posted
@@ -204,7 +206,7 @@ class SlackAnswerer(Answerer[SlackOptions]):
         # The click's update and the post's own (when the click beat the post's
         # bookkeeping) may both run; Slack counts each chat.update against its limit.
         marker = shown(request_id, outcome)
-        if not await self.store.once(marker, self.store.ttl):
+        if not await self.group.store.once(marker, self.store.ttl):
             return  # another run of this update showed it already
         try:
             await call(
@@ -219,7 +221,7 @@ class SlackAnswerer(Answerer[SlackOptions]):
         except SlackRefused as exc:  # a deleted message, an archived channel: moot
             log.warning("could not update the message of %s: %s", request_id, exc)
         except BaseException:
-            await self.store.forget_once(marker)  # to be retried
+            await self.group.store.forget_once(marker)  # to be retried
             raise
 
     async def post_reminder(self, request_id: str) -> None:
@@ -228,7 +230,7 @@ class SlackAnswerer(Answerer[SlackOptions]):
         posted = await self.store.message(request_id)
         if posted.ts is None or posted.channel is None or posted.outcome is not None:
             return
-        if not await self.store.once(f"remind:{request_id}", REMINDER_GAP_SECONDS):
+        if not await self.group.store.once(f"remind:{request_id}", REMINDER_GAP_SECONDS):
             return
         try:
             await call(

@@ -45,7 +45,8 @@ class Picks:
 
 
 class SlackStore:
-    """The Slack records, on the group's `ChannelStore` (`{p}:slack:`)."""
+    """The Slack records, on the group's `ChannelStore` (`{p}:slack:`); its guards
+    (`once`, the lease) are used on the store itself."""
 
     def __init__(self, store: ChannelStore) -> None:
         self.store = store
@@ -63,24 +64,10 @@ class SlackStore:
         """True when this caller may post now; False while another attempt holds it."""
         return await self.store.lease(request_id, POST_LEASE_SECONDS)
 
-    async def lease_left(self, request_id: str) -> float:
-        return await self.store.lease_left(request_id)
-
     async def record_post(self, request_id: str, channel: str, ts: str) -> None:
         await self.store.set_fields(
             f"msg:{request_id}", {"channel": channel, "ts": ts}, drop_lease=request_id
         )
-
-    async def once(self, name: str, seconds: int) -> bool:
-        """True the first time `name` is asked for within `seconds`."""
-        return await self.store.once(name, seconds)
-
-    async def forget_once(self, name: str) -> None:
-        """What `once` guarded failed: the next ask for `name` is the first again."""
-        await self.store.forget_once(name)
-
-    async def drop_lease(self, request_id: str) -> None:
-        await self.store.drop_lease(request_id)
 
     async def set_outcome(self, request_id: str, outcome: Outcome, *, overwrite: bool) -> None:
         """Record what became of the request. A retraction does not overwrite (the

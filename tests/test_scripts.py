@@ -32,10 +32,10 @@ def test_every_lua_file_is_a_script_of_the_runner() -> None:
 
 def test_a_script_sees_only_the_keys_it_declares() -> None:
     script = load("accept")
-    assert script.keys == ("req", "timers", "wake", "group_info", "tier")
+    assert script.keys == ("req", "timers", "wake", "group_info", "tier", "audit", "audit_log")
     assert script.text.startswith(
         "local K = {req = KEYS[1], timers = KEYS[2], wake = KEYS[3], group_info = KEYS[4],"
-        " tier = KEYS[5]}"
+        " tier = KEYS[5], audit = KEYS[6], audit_log = KEYS[7]}"
     )
     assert not script.tiers
     assert load("decline").tiers and load("cancel").tiers and not load("answer").tiers

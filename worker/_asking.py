@@ -24,7 +24,7 @@ from ._connections import CONNECTION_ERRORS, redis_errors
 from ._errors import AskError, ErrorCode
 from ._heartbeat import keep_beating
 from ._keys import Keys
-from ._messages import ABORTED_MESSAGE, TIMED_OUT_MESSAGE
+from ._messages import ABORTED_MESSAGE, TIMED_OUT_MESSAGE, WITHDRAWN_MESSAGE
 from ._models import (
     Answers,
     AskInput,
@@ -37,6 +37,7 @@ from ._models import (
     parse_input,
 )
 from ._pending import PendingAsk
+from ._reasons import CancelReason
 from ._replies import Reply, refusal
 from ._requests import RequestInfo, Requests
 from ._scripts import Scripts
@@ -152,7 +153,7 @@ class Asking:
         timeout_ms = duration_ms(timeout, "timeout") if timeout is not None else 0
         body = timeout_settlement(request, timeout, on_timeout, default)
         if signal is not None and signal.is_set():
-            raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
+            raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE)
         pending = PendingAsk(self, request, timeout_ms, body)
         try:
             reply = await pending.publish(signal)
@@ -202,11 +203,19 @@ class Asking:
 
     # --- withdrawing -------------------------------------------------------------------
 
-    async def cancel(self, request_id: str, code: ErrorCode, message: str, *, by: str) -> bool:
+    async def cancel(
+        self,
+        request_id: str,
+        code: ErrorCode,
+        message: str,
+        *,
+        by: str,
+        reason: CancelReason = CancelReason.WITHDRAWN,
+    ) -> bool:
         """Settle a pending request as CANCELLED; False if it had already settled."""
         body = Settlement(state="CANCELLED", code=code, message=message, by=by)
         reply = await self.scripts.cancel(
-            request_id, code.value, body.model_dump_json(exclude_none=True), by
+            request_id, code.value, body.model_dump_json(exclude_none=True), by, reason.value
         )
         return reply.kind is Reply.CANCELLED
 
@@ -220,7 +229,7 @@ class Asking:
 
     async def _withdraw_once(self, request_id: str, *, retry_later: bool) -> bool:
         try:
-            await self.cancel(request_id, ErrorCode.ABORTED, ABORTED_MESSAGE, by="caller")
+            await self.cancel(request_id, ErrorCode.ABORTED, WITHDRAWN_MESSAGE, by="caller")
         except AskError as exc:
             if exc.code is ErrorCode.REDIS_UNAVAILABLE:
                 if retry_later:

@@ -97,12 +97,16 @@ class Scripts:
             "timers": k.timers,
             "wake": k.wake,
             "callers": k.callers,
+            "audit_log": k.audit_log,
+            "recent": k.recent,
         }
         self._common: dict[str, Any] = {
             "tier_prefix": k.tier_prefix,
             "settled_ttl": settings.settled_ttl,
             "events_maxlen": settings.events_maxlen,
             "abort_ttl": settings.abort_ttl,
+            "audit_maxlen": settings.audit_stream_maxlen,
+            "recent_max": settings.recent_max,
         }
 
     # --- the machinery ----------------------------------------------------------------
@@ -200,6 +204,7 @@ class Scripts:
             "alive": k.alive(process),
             "turn": k.turn(turn),
             "aborted": k.aborted(turn),
+            "audit": k.audit(request_id),
         }
 
     def _of_request(self, request_id: str, **more: str) -> KeySource:
@@ -260,12 +265,17 @@ class Scripts:
             },
         )
 
-    async def cancel(self, request_id: str, code: str, settlement: str, by: str) -> ScriptReply:
-        return await self._run(
-            "cancel",
-            self._of_request(request_id),
-            {"request_id": request_id, "code": code, "settlement": settlement, "by": by},
-        )
+    async def cancel(
+        self, request_id: str, code: str, settlement: str, by: str, reason: str
+    ) -> ScriptReply:
+        args = {
+            "request_id": request_id,
+            "code": code,
+            "settlement": settlement,
+            "by": by,
+            "reason": reason,
+        }
+        return await self._run("cancel", self._of_request(request_id), args)
 
     async def fire(self, timer: str) -> ScriptReply:
         """Fire a due timer (`timeout|<id>`, `window|<id>|<offer>|<group>`, ...). The
@@ -300,6 +310,7 @@ class Scripts:
                     k.payload(request_id),
                     k.timeout_body(request_id),
                     idem or k.idem(None),
+                    k.audit(request_id),
                 ]
             reply = ScriptReply.of(
                 await self.call(

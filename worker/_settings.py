@@ -89,6 +89,19 @@ class Settings(BaseSettings):
         ge=100,
         description="Approximate length the settlement event stream is trimmed to.",
     )
+    audit_stream_maxlen: int = Field(
+        default=0,
+        ge=0,
+        description="Also write every audit trail entry to the stream {prefix}:audit,"
+        " trimmed to about this length (`askq audit tail` follows it); 0: no stream (each"
+        " request's own trail is kept either way, for settled_ttl).",
+    )
+    recent_max: int = Field(
+        default=10000,
+        ge=1,
+        description="Settled requests `askq requests` can list (the most recent; each"
+        " for settled_ttl at most).",
+    )
 
 
 def settings_error(exc: ValidationError, prefix: str = "ASKQ_") -> AskError:

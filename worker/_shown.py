@@ -99,6 +99,7 @@ class Shown:
                 state=RequestState.OFFERED if state == "ESCALATED" else RequestState(state),
                 code=fields.get("code") or None,
                 by=fields.get("by") or None,
+                cause=fields.get("reason") or None,
             )
         )
 
@@ -117,5 +118,6 @@ class Shown:
                         state=row.state if row is not None else RequestState.FAILED,
                         code=(row.code if row is not None else "") or None,
                         by=(row.by if row is not None else "") or None,
+                        cause=(row.reason if row is not None else "") or None,
                     )
                 )

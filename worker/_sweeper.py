@@ -30,6 +30,7 @@ from ._connections import redis_errors, server_ms
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
 from ._messages import CALLER_GONE_MESSAGE
+from ._reasons import CancelReason
 from ._replies import Reply
 from ._seam import Seam
 from ._settings import Settings
@@ -111,7 +112,11 @@ class Sweeper:
             for request_id in await redis.smembers(k.asked(process)):  # type: ignore[misc]
                 with contextlib.suppress(AskError):  # settled or expired meanwhile
                     if await self.seam.asking.cancel(
-                        request_id, ErrorCode.ABORTED, CALLER_GONE_MESSAGE, by="caller gone"
+                        request_id,
+                        ErrorCode.ABORTED,
+                        CALLER_GONE_MESSAGE,
+                        by="caller gone",
+                        reason=CancelReason.CALLER_GONE,
                     ):
                         cancelled += 1
                         continue

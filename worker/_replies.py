@@ -98,9 +98,7 @@ def refusal(
             " questions; use a new key for a new ask",
         )
     if kind is Reply.SETTLED:
-        detail = settled_detail(
-            reply.value(0), reply.value(1), reply.value(2), reply.value(3)
-        )
+        detail = settled_detail(reply.value(0), reply.value(1), reply.value(2), reply.value(3))
         return AskError(ErrorCode.ALREADY_SETTLED, f"already settled: {detail}")
     if kind is Reply.NOT_FOUND:
         return AskError(ErrorCode.NOT_FOUND, f"no request {request_id!r} (unknown or expired)")

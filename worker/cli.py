@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from ._cli_admin import group, status
 from ._cli_base import CliGroup, fail, log_to_stderr, parse_scope_flags, run_cli
+from ._cli_inspect import audit, requests, show
 from ._errors import AskError, ErrorCode
 from ._models import Caller, validate_model
 from ._plugins import answerer_kinds, load_answerer
@@ -369,6 +370,9 @@ def answerers() -> None:
 
 main.add_command(status)
 main.add_command(group)
+main.add_command(show)
+main.add_command(requests)
+main.add_command(audit)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -47,10 +47,12 @@ end
 
 -- Nobody of the tier is left deciding or claiming: offer to the next tier, or fail
 -- NO_ANSWERER. Returns the new state, or nil (changing nothing) when the next tier's
--- stream was not declared.
-local function move_on(shown)
+-- stream was not declared. `note` writes the trail entry of the step that moved it,
+-- once it is sure to happen.
+local function move_on(shown, note)
   local plan = plan_fall_through(K.req, K.groups, K.live)
   if not plan then return nil end
+  note()
   return fall_through(K, request_id, plan, shown)
 end
 
@@ -60,9 +62,10 @@ end
 -- is stale.
 local function leave_undecided(r, group, event)
   if not current_view(r) then return nil end
-  audit(K, request_id, event, {group = group, tier = tonumber(r.tier)})
+  local function note() audit(K, request_id, event, {group = group, tier = tonumber(r.tier)}) end
   local undecided = without(r.undecided, group)
-  if #undecided == 0 and #r.claimers == 0 then return move_on(false) end
+  if #undecided == 0 and #r.claimers == 0 then return move_on(false, note) end
+  note()
   redis.call('XACK', tier_prefix .. r.tier, group, r.offer)
   redis.call('HSET', K.req, 'undecided', table.concat(undecided, ','))
   drop_timer(K, timer_of('window', request_id, r.offer, group))
@@ -74,9 +77,10 @@ end
 -- on. Returns as above.
 local function leave_claim(r, group, event)
   if not current_view(r) then return nil end
-  audit(K, request_id, event, {group = group, tier = tonumber(r.tier)})
+  local function note() audit(K, request_id, event, {group = group, tier = tonumber(r.tier)}) end
   local claimers = without(r.claimers, group)
-  if #claimers == 0 and #r.undecided == 0 then return move_on(true) end
+  if #claimers == 0 and #r.undecided == 0 then return move_on(true, note) end
+  note()
   redis.pcall('XACK', tier_prefix .. r.tier, group, r.offer)
   local state = (#claimers == 0) and 'OFFERED' or 'CLAIMED'
   redis.call('HSET', K.req, 'state', state, 'claimers', table.concat(claimers, ','))

@@ -45,6 +45,7 @@ class Reply(StrEnum):
     OK = "OK"  # registered: '1' if something had to be written again
     CONFLICT = "CONFLICT"  # the group is registered otherwise: priority, info JSON
     REMOVED = "REMOVED"
+    MOVED = "MOVED"  # set_priority: the group is at its new priority
     LIVE = "LIVE"  # not removed, a replica is live: how many
 
 

@@ -47,6 +47,7 @@ NAMES = (
     "register",
     "leave",
     "remove_group",
+    "set_priority",
 )
 
 # Keys by name -> the value of each; fresh: read what may have changed (after STALE).
@@ -396,7 +397,12 @@ class Scripts:
     # --- the registry -------------------------------------------------------------------
 
     def _group_keys(self, group: str, priority: int) -> dict[str, str]:
-        return {"consumers": self.keys.consumers(group), "stream": self.keys.tier(priority)}
+        k = self.keys
+        return {
+            "consumers": k.consumers(group),
+            "stream": k.tier(priority),
+            "beats": k.beats(group),
+        }
 
     async def register(
         self,
@@ -420,10 +426,21 @@ class Scripts:
         return ScriptReply.of(await self.call("register", self._group_keys(group, priority), args))
 
     async def leave(self, group: str, consumer: str) -> None:
-        keys = {"consumers": self.keys.consumers(group)}
+        keys = {"consumers": self.keys.consumers(group), "beats": self.keys.beats(group)}
         await self.call("leave", keys, {"group": group, "consumer": consumer})
 
     async def remove_group(self, group: str, priority: int) -> ScriptReply:
         return ScriptReply.of(
             await self.call("remove_group", self._group_keys(group, priority), {"group": group})
+        )
+
+    async def set_priority(self, group: str, old: int, new: int) -> ScriptReply:
+        k = self.keys
+        keys = {
+            "consumers": k.consumers(group),
+            "old_stream": k.tier(old),
+            "new_stream": k.tier(new),
+        }
+        return ScriptReply.of(
+            await self.call("set_priority", keys, {"group": group, "priority": str(new)})
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from arq import Retry
@@ -26,6 +27,7 @@ from arq.worker import Function, Worker, func
 
 from ._answerer import Answerer, RetryLater
 from ._arq import arq_pool, arq_worker, close_worker, run_supervised
+from ._keys import Keys
 from ._settings import Settings
 
 log = logging.getLogger("askq.sends")
@@ -34,6 +36,8 @@ BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 60.0
 SEND_TIMEOUT = 60.0
 JOB = "askq_send"
+FAILURES_KEPT = 1000
+FAILURE_TEXT_MAX = 500
 
 
 def backoff(attempt: int) -> float:
@@ -41,11 +45,20 @@ def backoff(attempt: int) -> float:
     return float(min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (attempt - 1)))
 
 
+GaveUp = Callable[[str, dict[str, Any], BaseException], Awaitable[None]]
+
+
 async def run_send(
-    answerer: Answerer[Any], job: str, kwargs: dict[str, Any], attempt: int
+    answerer: Answerer[Any],
+    job: str,
+    kwargs: dict[str, Any],
+    attempt: int,
+    gave_up: GaveUp | None = None,
 ) -> float | None:
-    """Try a send once. None when done (succeeded, or failed for good and handed to
-    `send_failed`); otherwise the seconds to wait before the next try."""
+    """Try a send once. None when done (succeeded, or failed for good: recorded by
+    `gave_up` and handed to `send_failed`); otherwise the seconds to wait before the
+    next try."""
+
     method = getattr(answerer, job, None)
     if method is None or job.startswith("_"):
         log.error("%s has no send %r; dropped", answerer.kind, job)
@@ -60,6 +73,11 @@ async def run_send(
         delay, error = backoff(attempt), exc
     if attempt >= answerer.send_tries:
         log.warning("%s send %s gave up after %d tries: %s", answerer.kind, job, attempt, error)
+        if gave_up is not None:
+            try:
+                await gave_up(job, kwargs, error)
+            except Exception:  # noqa: BLE001 - the record is best effort
+                log.exception("recording the failed send %s failed", job)
         try:
             await answerer.send_failed(job, kwargs, error)
         except Exception:  # noqa: BLE001
@@ -72,7 +90,21 @@ async def run_send(
 
 
 async def _askq_send(ctx: dict[str, Any], job: str, kwargs: dict[str, Any]) -> None:
-    delay = await run_send(ctx["answerer"], job, kwargs, ctx["job_try"])
+    async def gave_up(job: str, kwargs: dict[str, Any], error: BaseException) -> None:
+        # What `askq status` lists as failed sends (capped).
+        fields = {
+            "queue": ctx["askq_queue"],
+            "kind": ctx["answerer"].kind,
+            "job": job,
+            "request": str(kwargs.get("request_id", "")),
+            "error": f"{type(error).__name__}: {error}"[:FAILURE_TEXT_MAX],
+            "tries": str(ctx["job_try"]),
+        }
+        await ctx["redis"].xadd(
+            ctx["askq_failures"], fields, maxlen=FAILURES_KEPT, approximate=True
+        )
+
+    delay = await run_send(ctx["answerer"], job, kwargs, ctx["job_try"], gave_up)
     if delay is not None:
         raise Retry(defer=delay)
 
@@ -123,9 +155,12 @@ class SendQueue:
         )
 
         def make() -> Worker:
-            self._worker = arq_worker(
-                self.settings, self.queue, [send], ctx={"answerer": self.answerer}
-            )
+            ctx = {
+                "answerer": self.answerer,
+                "askq_queue": self.queue,
+                "askq_failures": Keys(self.settings.prefix).send_failures,
+            }
+            self._worker = arq_worker(self.settings, self.queue, [send], ctx=ctx)
             return self._worker
 
         await run_supervised(f"sends of {self.queue}", make)

@@ -34,6 +34,7 @@ from ._reasons import CancelReason
 from ._replies import Reply
 from ._seam import Seam
 from ._settings import Settings
+from ._sweeper_beat import SweeperBeat
 
 log = logging.getLogger("askq.sweeper")
 
@@ -150,9 +151,14 @@ async def _startup(ctx: dict[str, Any]) -> None:
     sweeper = Sweeper(seam)
     sweeper.start()
     ctx["askq_sweeper"] = sweeper
+    beat = ctx["askq_sweeper_beat"] = SweeperBeat(seam, lambda: sweeper.fired)
+    beat.start()
 
 
 async def _shutdown(ctx: dict[str, Any]) -> None:
+    beat: SweeperBeat | None = ctx.pop("askq_sweeper_beat", None)
+    if beat is not None:
+        await beat.stop()
     sweeper: Sweeper | None = ctx.pop("askq_sweeper", None)
     if sweeper is not None:
         await sweeper.aclose()

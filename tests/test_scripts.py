@@ -119,7 +119,8 @@ async def test_every_script_runs_and_keeps_to_its_keys(
     # claim_answer
     async with running(seam, AtOnce(), "rules", priority=0):
         assert (await seam.ask(SEED, caller("t7"))).to_json() == YES_JSON
-    # forget_caller (the caller has nothing left pending), remove_group
+    # forget_caller (the caller has nothing left pending), set_priority, remove_group
     await seam.asking.forget_caller()
+    assert await seam.registry.set_priority("nobody", 3) == 0  # (no replica is live)
     assert await seam.registry.prune() == ["humans", "nobody", "rules"]
     assert ran == set(NAMES), set(NAMES) - ran

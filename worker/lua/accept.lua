@@ -1,7 +1,8 @@
 -- A group of the current tier accepts the offer: OFFERED|CLAIMED -> CLAIMED (+group).
 -- Its decision window closes; its escalation deadline and reminder (if it has them) open.
 -- uses: req timers wake group_info tier audit audit_log
--- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id group tier offer
+-- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id group
+-- args: tier offer
 -- replies: CLAIMED | SETTLED state by code reason | NOT_FOUND | STALE_OFFER | NOT_OFFERED
 --@include request
 local group = A.group

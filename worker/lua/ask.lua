@@ -7,7 +7,8 @@
 -- uses: req reply payload timeout_body idem inbox asked alive prev_inbox prev_asked
 -- uses: turn aborted owner agent pending events groups live group_info timers wake
 -- uses: callers audit audit_log +tiers
--- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id payload_json turn_id agent_id
+-- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id
+-- args: payload_json turn_id agent_id
 -- args: claimed_owner process caller_ttl_ms timeout_ms timeout_settlement fingerprint
 -- args: taken_over mode resent gone agent_prefix
 -- `owner` and `agent` are the agent keys of the owner the caller declares and of the

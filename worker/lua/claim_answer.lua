@@ -3,7 +3,8 @@
 -- decide) and answer's (the first valid answer wins). One round trip instead of two.
 -- uses: req reply payload timeout_body idem inbox asked turn pending events timers tier
 -- uses: audit audit_log recent
--- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id group tier offer settlement by
+-- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id group
+-- args: tier offer settlement by
 -- replies: ANSWERED | SETTLED state by code reason | NOT_FOUND | STALE_OFFER | NOT_OFFERED | STALE
 --@include request
 local group = A.group

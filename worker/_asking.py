@@ -147,6 +147,7 @@ class Asking:
         on_timeout: OnTimeout = "fail",
         default: Any = None,
         idempotency_key: str | None = None,
+        on_published: Callable[[str], None] | None = None,
     ) -> Answers:
         request = build_request(questions, caller, scope, idempotency_key=idempotency_key)
         timeout_ms = duration_ms(timeout, "timeout") if timeout is not None else 0
@@ -187,6 +188,8 @@ class Asking:
         else:  # reattached to an earlier ask's request: its own facts are in Redis
             self.requests.forget(pending.request_id)
         self.waiter.published(pending.request_id)
+        if on_published is not None:
+            on_published(pending.request_id)
         timer = None
         if timeout is not None:
             # The caller enforces its own timeout (the sweeper does too, for a caller

@@ -24,6 +24,7 @@ from arq import Retry
 from arq.connections import ArqRedis
 from arq.worker import Function, Worker, func
 
+from . import _metrics
 from ._answerer import Answerer, RetryLater
 from ._arq import arq_pool, arq_worker, close_worker, run_supervised
 from ._settings import Settings
@@ -52,6 +53,7 @@ async def run_send(
         return None
     try:
         await method(**kwargs)
+        _metrics.recorder.sent(answerer.kind, "ok")
         return None
     except RetryLater as exc:
         delay: float = exc.seconds
@@ -59,12 +61,14 @@ async def run_send(
     except Exception as exc:  # noqa: BLE001 - a failed send is retried, never fatal
         delay, error = backoff(attempt), exc
     if attempt >= answerer.send_tries:
+        _metrics.recorder.sent(answerer.kind, "failed")
         log.warning("%s send %s gave up after %d tries: %s", answerer.kind, job, attempt, error)
         try:
             await answerer.send_failed(job, kwargs, error)
         except Exception:  # noqa: BLE001
             log.exception("%s send_failed(%s) failed", answerer.kind, job)
         return None
+    _metrics.recorder.sent(answerer.kind, "retry")
     log.info(
         "%s send %s failed (try %d), again in %.1f s: %s", answerer.kind, job, attempt, delay, error
     )

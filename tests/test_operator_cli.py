@@ -351,3 +351,16 @@ def test_python_m_askq_is_the_same_cli() -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert "--redis-url" in result.stdout and "completion" in result.stdout.lower()
+
+
+def test_the_readme_points_only_inside_the_repository() -> None:
+    """Every relative link of the README names a file of the repository; no reference
+    to files outside it (the design notes the project was built from)."""
+    readme = (ROOT / "README.md").read_text()
+    assert "DESIGN.md" not in readme and "../" not in readme and "shared/" not in readme
+    for target in re.findall(r"\]\(([^)#]+)\)", readme):
+        if "://" not in target:
+            assert (ROOT / target).exists(), target
+    license_text = (ROOT / "LICENSE").read_text()
+    assert license_text.startswith("MIT License")
+    assert 'license = { text = "MIT" }' in (ROOT / "pyproject.toml").read_text()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import subprocess
 import urllib.request
@@ -171,3 +172,33 @@ def test_without_the_extra_the_core_runs_and_metrics_port_is_one_line(
     finally:
         proc.terminate()
         proc.communicate(timeout=20)
+
+
+def test_the_grafana_dashboard_uses_only_metrics_askq_exposes(backend: Backend) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from askq._metrics import PrometheusRecorder, RedisCollector
+
+    registry = CollectorRegistry()
+    registry.register(RedisCollector(backend.settings()))
+    recorder = PrometheusRecorder(registry)
+    recorder.offered("g", 0)
+    recorder.decided("g", "accepted", 0.001)
+    recorder.settled("g", "answered", 1.0)
+    recorder.passed_on("g", 0, "declined")
+    recorder.reminded("g")
+    recorder.sent("slack", "ok")
+    recorder.fired("remind", 0.01)
+    recorder.recovered("callers_gone", 1)
+    families = list(text_string_to_metric_families(generate_latest(registry).decode()))
+    exposed = {sample.name for family in families for sample in family.samples}
+    exposed |= {family.name for family in families}  # a gauge with no series yet
+    dashboard = json.loads((ROOT / "deploy" / "grafana-dashboard.json").read_text())
+    used = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"askq_[a-z_]+", target["expr"])
+    }
+    assert used and used <= exposed, used - exposed
+    assert "askq_pending_requests" in exposed and "askq_sweeper_lag_seconds" in exposed

@@ -33,7 +33,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from . import _metrics
+from . import _metrics, _tracing
 from ._answerer import FINAL_REFUSALS, Answerer, GroupHandle
 from ._answering import Answering
 from ._blocking import BlockingLoop, raise_if_cancelled
@@ -107,7 +107,12 @@ class _CountedAnswering:
     async def answer(
         self, request_id: str, group: str, answers: Any, *, by: str, tier: int | None = None
     ) -> Answers:
-        valid = await self._answering.answer(request_id, group, answers, by=by, tier=tier)
+        trace = None
+        if _tracing.ENABLED:
+            with contextlib.suppress(AskError):  # cached for offers read here
+                trace = (await self._runtime.seam.requests.request(request_id)).trace
+        with _tracing.joined("askq.answer", trace, request_id=request_id, group=group, by=by):
+            valid = await self._answering.answer(request_id, group, answers, by=by, tier=tier)
         await self._runtime.settled_here(request_id, "answered", by)
         return valid
 
@@ -407,12 +412,19 @@ class AnswererRuntime:
             scope=request.scope,
             caller=request.caller,
             created_ms=request.created_ms,
+            trace=request.trace,
         )
 
     async def _handle_offer(self, offer: Offer) -> None:
         """A fresh offer: decide, then claim or decline. The scripts check that it is
         still this group's to decide (and acknowledge it when it is not). An answerer
         that fails, hangs or answers with something that is not an answer declines."""
+        with _tracing.joined(
+            "askq.offer", offer.trace, request_id=offer.request_id, group=self.group
+        ):
+            await self._decide_and_claim(offer)
+
+    async def _decide_and_claim(self, offer: Offer) -> None:
         answering = self.seam.answering
         decline = (offer.request_id, offer.group, offer.tier, offer.offer_id)
         started = time.monotonic()
@@ -494,7 +506,10 @@ class AnswererRuntime:
         if offer.request_id in self.shown:
             return  # re-read after a reconnect: already showing it
         self.shown.show(offer)
-        shown = await self._call_hook("present", offer.request_id, self.answerer.present(offer))
+        with _tracing.joined(
+            "askq.present", offer.trace, request_id=offer.request_id, group=self.group
+        ):
+            shown = await self._call_hook("present", offer.request_id, self.answerer.present(offer))
         if not shown.ok:  # a question that cannot be shown is given back
             self.shown.take(offer.request_id)
             await self.seam.answering.release(offer.request_id, self.group)

@@ -24,7 +24,7 @@ from arq import Retry
 from arq.connections import ArqRedis
 from arq.worker import Function, Worker, func
 
-from . import _metrics
+from . import _metrics, _tracing
 from ._answerer import Answerer, RetryLater
 from ._arq import arq_pool, arq_worker, close_worker, run_supervised
 from ._settings import Settings
@@ -75,8 +75,12 @@ async def run_send(
     return delay
 
 
-async def _askq_send(ctx: dict[str, Any], job: str, kwargs: dict[str, Any]) -> None:
-    delay = await run_send(ctx["answerer"], job, kwargs, ctx["job_try"])
+async def _askq_send(
+    ctx: dict[str, Any], job: str, kwargs: dict[str, Any], trace: str | None = None
+) -> None:
+    answerer: Answerer[Any] = ctx["answerer"]
+    with _tracing.joined(f"askq.send {job}", trace, channel=answerer.kind, attempt=ctx["job_try"]):
+        delay = await run_send(answerer, job, kwargs, ctx["job_try"])
     if delay is not None:
         raise Retry(defer=delay)
 
@@ -95,7 +99,11 @@ class SendQueue:
     async def enqueue(self, job: str, kwargs: dict[str, Any]) -> None:
         if self._pool is None:
             self._pool = await arq_pool(self.settings, self.queue)
-        queued = await self._pool.enqueue_job(JOB, job, kwargs, _queue_name=self.queue)
+        # The span that queued it (a channel's present) is the send's parent, in
+        # whichever replica runs it.
+        trace = _tracing.current_traceparent()
+        args = (job, kwargs, trace) if trace else (job, kwargs)
+        queued = await self._pool.enqueue_job(JOB, *args, _queue_name=self.queue)
         if queued is not None:
             self._start_now(queued.job_id)
 

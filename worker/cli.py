@@ -44,6 +44,7 @@ from ._runtime import run_until_stopped, stop_on_signals
 from ._seam import Seam
 from ._settings import Settings
 from ._text import visible
+from ._tracing import environment_context
 
 
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -186,7 +187,8 @@ def ask(
                 return "", exc, await no_answerer_hint(seam)
             return answers.to_json(), None, ""
 
-    out, error, hint = run_cli(run)
+    with environment_context():  # TRACEPARENT: the ask joins the calling script's trace
+        out, error, hint = run_cli(run)
     if error is not None:
         fail_with_hint(error, hint)
     click.echo(out)

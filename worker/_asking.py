@@ -42,6 +42,7 @@ from ._replies import Reply, refusal
 from ._requests import RequestInfo, Requests
 from ._scripts import Scripts
 from ._settings import Settings
+from ._tracing import ask_span
 from ._types import AbortSignal, OnTimeout
 from ._waiter import ReplyWaiter
 
@@ -59,6 +60,7 @@ def build_request(
     scope: Mapping[str, str] | None = None,
     *,
     idempotency_key: str | None = None,
+    trace: str | None = None,
 ) -> AskRequest:
     """A validated request (INVALID_REQUEST naming what is wrong), with a new id."""
     if isinstance(questions, AskInput):
@@ -82,6 +84,7 @@ def build_request(
         caller=caller,
         created_ms=int(time.time() * 1000),
         idempotency=digest,
+        trace=trace,
     )
 
 
@@ -148,58 +151,73 @@ class Asking:
         on_timeout: OnTimeout = "fail",
         default: Any = None,
         idempotency_key: str | None = None,
+        on_published: Callable[[str], None] | None = None,
     ) -> Answers:
-        request = build_request(questions, caller, scope, idempotency_key=idempotency_key)
-        timeout_ms = duration_ms(timeout, "timeout") if timeout is not None else 0
-        body = timeout_settlement(request, timeout, on_timeout, default)
-        if signal is not None and signal.is_set():
-            raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE)
-        pending = PendingAsk(self, request, timeout_ms, body)
-        try:
-            reply = await pending.publish(signal)
-        except asyncio.CancelledError:
-            # Cancelled while publishing: the request may be out there with nobody
-            # waiting for it, so withdraw it (a no-op if it never got published).
-            pending.forget()
-            await self.withdraw(pending.request_id)
-            raise
-        except BaseException:
-            pending.forget()
-            if pending.maybe_sent:  # it may be live, with nobody waiting for it now
-                await self.withdraw(pending.request_id)
-            raise
-        if reply.kind is Reply.SETTLED:
-            pending.forget()
-            if not reply.value(0):
-                raise AskError(
-                    ErrorCode.NOT_FOUND, f"request {pending.request_id!r} settled and expired"
-                )
-            return Settlement.model_validate_json(reply.value(0)).result()
-        if reply.kind not in (Reply.OFFERED, Reply.ATTACHED):
-            pending.forget()
-            raise refusal(
-                reply,
-                pending.request_id,
-                agent_id=caller.agent_id,
+        # One span from here to the settlement (a no-op context without the otel extra);
+        # its traceparent travels in the request, so the answerers' spans join it. In
+        # this coroutine, not one around it: a frame per pending ask more is megabytes.
+        with ask_span(caller.agent_id, caller.turn_id) as span:
+            request = build_request(
+                questions,
+                caller,
+                scope,
                 idempotency_key=idempotency_key,
+                trace=span.traceparent if span is not None else None,
             )
-        if pending.request_id == request.id:
-            self.requests.remember(RequestInfo(request=request, inbox=pending.inbox))
-        else:  # reattached to an earlier ask's request: its own facts are in Redis
-            self.requests.forget(pending.request_id)
-        self.waiter.published(pending.request_id)
-        timer = None
-        if timeout is not None:
-            # The caller enforces its own timeout (the sweeper does too, for a caller
-            # that is gone); firing is guarded, so only one of them does.
-            timer = asyncio.get_running_loop().call_later(
-                timeout, lambda: self._spawn(pending.time_out())
-            )
-        try:
-            return (await pending.wait(signal)).result()
-        finally:
-            if timer is not None:
-                timer.cancel()
+            if span is not None:
+                span.request(request.id)
+            timeout_ms = duration_ms(timeout, "timeout") if timeout is not None else 0
+            body = timeout_settlement(request, timeout, on_timeout, default)
+            if signal is not None and signal.is_set():
+                raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE)
+            pending = PendingAsk(self, request, timeout_ms, body)
+            try:
+                reply = await pending.publish(signal)
+            except asyncio.CancelledError:
+                # Cancelled while publishing: the request may be out there with nobody
+                # waiting for it, so withdraw it (a no-op if it never got published).
+                pending.forget()
+                await self.withdraw(pending.request_id)
+                raise
+            except BaseException:
+                pending.forget()
+                if pending.maybe_sent:  # it may be live, with nobody waiting for it now
+                    await self.withdraw(pending.request_id)
+                raise
+            if reply.kind is Reply.SETTLED:
+                pending.forget()
+                if not reply.value(0):
+                    raise AskError(
+                        ErrorCode.NOT_FOUND, f"request {pending.request_id!r} settled and expired"
+                    )
+                return Settlement.model_validate_json(reply.value(0)).result()
+            if reply.kind not in (Reply.OFFERED, Reply.ATTACHED):
+                pending.forget()
+                raise refusal(
+                    reply,
+                    pending.request_id,
+                    agent_id=caller.agent_id,
+                    idempotency_key=idempotency_key,
+                )
+            if pending.request_id == request.id:
+                self.requests.remember(RequestInfo(request=request, inbox=pending.inbox))
+            else:  # reattached to an earlier ask's request: its own facts are in Redis
+                self.requests.forget(pending.request_id)
+            self.waiter.published(pending.request_id)
+            if on_published is not None:
+                on_published(pending.request_id)
+            timer = None
+            if timeout is not None:
+                # The caller enforces its own timeout (the sweeper does too, for a caller
+                # that is gone); firing is guarded, so only one of them does.
+                timer = asyncio.get_running_loop().call_later(
+                    timeout, lambda: self._spawn(pending.time_out())
+                )
+            try:
+                return (await pending.wait(signal)).result()
+            finally:
+                if timer is not None:
+                    timer.cancel()
 
     # --- withdrawing -------------------------------------------------------------------
 

@@ -137,6 +137,9 @@ class AskRequest(_Strict):
     caller: Caller
     created_ms: int
     idempotency: str | None = None
+    # W3C traceparent of the caller's `askq.ask` span (the 'otel' extra), so the
+    # answering side's spans join the agent's trace.
+    trace: str | None = Field(default=None, max_length=512)
 
 
 class RequestState(StrEnum):
@@ -189,6 +192,7 @@ class Offer(_Strict):
     scope: dict[str, str]
     caller: Caller
     created_ms: int
+    trace: str | None = None  # the request's traceparent (see AskRequest.trace)
 
 
 class Retraction(_Strict):

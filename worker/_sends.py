@@ -25,6 +25,7 @@ from arq import Retry
 from arq.connections import ArqRedis
 from arq.worker import Function, Worker, func
 
+from . import _metrics, _tracing
 from ._answerer import Answerer, RetryLater
 from ._arq import arq_pool, arq_worker, close_worker, run_supervised
 from ._keys import Keys
@@ -65,6 +66,7 @@ async def run_send(
         return None
     try:
         await method(**kwargs)
+        _metrics.recorder.sent(answerer.kind, "ok")
         return None
     except RetryLater as exc:
         delay: float = exc.seconds
@@ -72,6 +74,7 @@ async def run_send(
     except Exception as exc:  # noqa: BLE001 - a failed send is retried, never fatal
         delay, error = backoff(attempt), exc
     if attempt >= answerer.send_tries:
+        _metrics.recorder.sent(answerer.kind, "failed")
         log.warning("%s send %s gave up after %d tries: %s", answerer.kind, job, attempt, error)
         if gave_up is not None:
             try:
@@ -83,18 +86,23 @@ async def run_send(
         except Exception:  # noqa: BLE001
             log.exception("%s send_failed(%s) failed", answerer.kind, job)
         return None
+    _metrics.recorder.sent(answerer.kind, "retry")
     log.info(
         "%s send %s failed (try %d), again in %.1f s: %s", answerer.kind, job, attempt, delay, error
     )
     return delay
 
 
-async def _askq_send(ctx: dict[str, Any], job: str, kwargs: dict[str, Any]) -> None:
+async def _askq_send(
+    ctx: dict[str, Any], job: str, kwargs: dict[str, Any], trace: str | None = None
+) -> None:
+    answerer: Answerer[Any] = ctx["answerer"]
+
     async def gave_up(job: str, kwargs: dict[str, Any], error: BaseException) -> None:
         # What `askq status` lists as failed sends (capped).
         fields = {
             "queue": ctx["askq_queue"],
-            "kind": ctx["answerer"].kind,
+            "kind": answerer.kind,
             "job": job,
             "request": str(kwargs.get("request_id", "")),
             "error": f"{type(error).__name__}: {error}"[:FAILURE_TEXT_MAX],
@@ -104,7 +112,8 @@ async def _askq_send(ctx: dict[str, Any], job: str, kwargs: dict[str, Any]) -> N
             ctx["askq_failures"], fields, maxlen=FAILURES_KEPT, approximate=True
         )
 
-    delay = await run_send(ctx["answerer"], job, kwargs, ctx["job_try"], gave_up)
+    with _tracing.joined(f"askq.send {job}", trace, channel=answerer.kind, attempt=ctx["job_try"]):
+        delay = await run_send(answerer, job, kwargs, ctx["job_try"], gave_up)
     if delay is not None:
         raise Retry(defer=delay)
 
@@ -123,7 +132,11 @@ class SendQueue:
     async def enqueue(self, job: str, kwargs: dict[str, Any]) -> None:
         if self._pool is None:
             self._pool = await arq_pool(self.settings, self.queue)
-        queued = await self._pool.enqueue_job(JOB, job, kwargs, _queue_name=self.queue)
+        # The span that queued it (a channel's present) is the send's parent, in
+        # whichever replica runs it.
+        trace = _tracing.current_traceparent()
+        args = (job, kwargs, trace) if trace else (job, kwargs)
+        queued = await self._pool.enqueue_job(JOB, *args, _queue_name=self.queue)
         if queued is not None:
             self._start_now(queued.job_id)
 

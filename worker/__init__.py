@@ -3,6 +3,7 @@
 from ._answerer import FINAL_REFUSALS, Answerer, AnswererOptions, GroupHandle, RetryLater
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
+from ._links import LinkClaims, LinkError, SignedLinks
 from ._models import (
     MAX_CUSTOM,
     RECOMMENDED_SUFFIX,
@@ -53,6 +54,8 @@ __all__ = [
     "ErrorCode",
     "GroupHandle",
     "Keys",
+    "LinkClaims",
+    "LinkError",
     "Offer",
     "OnTimeout",
     "Option",
@@ -64,6 +67,7 @@ __all__ = [
     "Seam",
     "Settings",
     "Settlement",
+    "SignedLinks",
     "Status",
     "Sweeper",
     "SyncSeam",

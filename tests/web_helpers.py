@@ -15,7 +15,11 @@ from askq import AnswererRuntime, Seam
 from askq.answerers.web import WebAnswerer, WebSettings, hash_token
 
 SECRET = "test-web-secret-0123456789abcdef"
-TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789", "carol": "carol-token-0123456789"}
+TOKENS = {
+    "alice": "alice-token-0123456789",
+    "bob": "bob-token-0123456789",
+    "carol": "carol-token-0123456789",
+}
 USERS = ",".join(f"{name}={hash_token(token)}" for name, token in TOKENS.items())
 
 

@@ -4,6 +4,7 @@ group's Redis client lives), form helpers."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator
@@ -36,12 +37,15 @@ async def web_replica(
     group: str = "web",
     priority: int = 0,
     serve: bool = False,
+    consumer: str | None = None,
+    remind_after: float | None = None,
     **settings: Any,
 ) -> AsyncIterator[tuple[AnswererRuntime, WebAnswerer]]:
-    import asyncio
-
+    """One replica of a web group; `serve`: on a real uvicorn (a free port)."""
     answerer = WebAnswerer(settings=web_settings(**settings), serve=serve)
-    runtime = AnswererRuntime(seam, answerer, group=group, priority=priority)
+    runtime = AnswererRuntime(
+        seam, answerer, group=group, priority=priority, consumer=consumer, remind_after=remind_after
+    )
     task = await runtime.start(timeout=15)
     try:
         yield runtime, answerer
@@ -71,3 +75,13 @@ async def sign_in(client: httpx.AsyncClient, user: str) -> None:
         "/signin", data={"csrf": csrf_of(page.text), "token": TOKENS[user], "next": "/"}
     )
     assert reply.status_code == 303, reply.text
+
+
+@contextlib.asynccontextmanager
+async def signed_in_over_http(
+    web: WebAnswerer, user: str = "alice"
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the replica's real server, signed in as `user`."""
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{web.port}", timeout=10) as client:
+        await sign_in(client, user)
+        yield client

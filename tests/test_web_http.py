@@ -473,3 +473,28 @@ async def test_not_ready_until_registered(seam: Seam) -> None:
             assert ready.status_code == 503 and "not registered" in ready.text
     finally:
         await answerer.stop()
+
+
+# --- the dashboard -------------------------------------------------------------------------
+
+
+async def test_fleet_dashboard(seam: Seam, web: WebAnswerer, alice: httpx.AsyncClient) -> None:
+    other = MemoryAnswerer(by="auto:rule[1]")
+    async with running(seam, other, "rules", priority=5):
+        async with asking(seam, web, CONFIRM) as (rid, _):
+            page = await alice.get("/fleet")
+            assert page.status_code == 200
+            body = page.text
+            # Both groups, their tiers, kinds and live replicas with heartbeat ages.
+            assert "<td>web</td><td>web</td>" in body and "<td>rules</td><td>memory</td>" in body
+            assert body.count(" s ago</span>") == 2
+            assert "<td>CLAIMED</td><td>0</td><td>1</td>" in body
+            html = await _form(alice, rid)
+            await alice.post(f"/q/{rid}", data={"csrf": csrf_of(html), "q0": "opt0"})
+        live = await alice.get("/fleet/live")
+        assert live.status_code == 200 and "<html" not in live.text
+        assert "answered in the web inbox by alice" in live.text and "web:alice" in live.text
+        assert "Nothing pending." in live.text
+    async with client_for(web) as anonymous:
+        assert (await anonymous.get("/fleet")).status_code == 303
+        assert (await anonymous.get("/fleet/live")).status_code == 401

@@ -149,6 +149,14 @@ class ChannelStore:
                 event_id, _ = await pipe.execute()
         return str(event_id)
 
+    async def recent(self, feed: str, count: int) -> list[tuple[str, dict[str, str]]]:
+        """The last `count` events of `feed`, newest first, with their ids."""
+        with redis_errors(self._settings):
+            found: list[tuple[str, dict[str, str]]] = await self._redis.xrevrange(
+                self.key(feed), count=count
+            )
+        return found
+
     def follow(
         self,
         feed: str,

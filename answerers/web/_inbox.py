@@ -141,10 +141,20 @@ class Inbox:
         kept = await self.final(request_id) or final
         entry = await self.entry(request_id)
         await self.store.delete_fields(self._record, request_id)
-        scope = entry.scope if entry is not None else {}
+        if entry is None:
+            return kept  # taken off already (by the replica that answered): pages know
+        scope = entry.scope
         await self.store.publish(
             self.feed,
-            {"kind": "gone", "id": request_id, "reason": kept.reason, "scope": json.dumps(scope)},
+            {
+                "kind": "gone",
+                "id": request_id,
+                "reason": kept.reason,
+                "scope": json.dumps(scope),
+                "by": kept.by or "",
+                "state": kept.state,
+                "created_ms": str(entry.created_ms),
+            },
             maxlen=FEED_MAXLEN,
         )
         return kept
@@ -159,6 +169,29 @@ class Inbox:
             at=float(raw.get("at", "0")),
             reason=raw.get("reason", ""),
         )
+
+    async def recent_settlements(self, count: int = 20) -> list[dict[str, str]]:
+        """The last questions that left this inbox, newest first: id, state, by, reason,
+        when (`at_ms`, from the feed entry's id) and how long they waited (`waited_s`)."""
+        rows = []
+        seen: set[str] = set()
+        for event_id, fields in await self.store.recent(self.feed, count * 3):
+            if fields.get("kind") != "gone" or fields.get("id") in seen:
+                continue
+            seen.add(fields.get("id", ""))
+            at_ms = int(event_id.split("-")[0])
+            created = fields.get("created_ms", "")
+            waited = (at_ms - int(created)) / 1000 if created.isdigit() else None
+            rows.append(
+                {
+                    **fields,
+                    "at_ms": str(at_ms),
+                    "waited_s": "" if waited is None else f"{waited:.1f}",
+                }
+            )
+            if len(rows) == count:
+                break
+        return rows
 
     # --- signed links spent --------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -68,6 +69,8 @@ class InboxPages:
             Route("/signin", self.signin_page, methods=["GET"]),
             Route("/signin", self.signin_submit, methods=["POST"]),
             Route("/signout", self.signout, methods=["POST"]),
+            Route("/fleet", self.fleet, methods=["GET"]),
+            Route("/fleet/live", self.fleet_live, methods=["GET"]),
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/readyz", self.readyz, methods=["GET"]),
         ]
@@ -316,6 +319,37 @@ class InboxPages:
         return self.render.problem(
             409, "Already answered", message, final=True, **context, **self.base(request, user)
         )
+
+    # --- the dashboard -------------------------------------------------------------------
+
+    async def _fleet_context(self) -> dict[str, Any]:
+        status = await self.group.fleet()
+        pending = Counter((str(r.state), r.tier) for r in status.requests)
+        return {
+            "groups": status.groups,
+            "replicas": sum(g.live_consumers for g in status.groups),
+            "pending_total": len(status.requests),
+            "pending": sorted(
+                pending.items(), key=lambda kv: (kv[0][1] is None, kv[0][1], kv[0][0])
+            ),
+            "settlements": await self.inbox.recent_settlements(),
+            "open_streams": self.hub.open_streams,
+            "group": self.group.name,
+        }
+
+    async def fleet(self, request: Request) -> Response:
+        user = self.user(request)
+        if user is None:
+            return self.to_signin(request)
+        return self.render.page(
+            "fleet.html", {**self.base(request, user), **await self._fleet_context()}
+        )
+
+    async def fleet_live(self, request: Request) -> Response:
+        """The dashboard's body, which the page fetches again every few seconds."""
+        if self.user(request) is None:
+            return PlainTextResponse("sign in first", status_code=401)
+        return self.render.page("_fleet_body.html", await self._fleet_context())
 
     # --- health --------------------------------------------------------------------------
 

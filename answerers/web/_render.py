@@ -93,7 +93,7 @@ def final_context(
         headline = "No longer waiting for an answer"
     else:
         headline = "No longer waiting for an answer here"
-    if final is not None and final.at:
+    if final is not None and final.at and final.state == state:  # the record is of this outcome
         headline += f" at {when(final.at)}"
     pairs: list[tuple[Any, Any]] = []
     if settlement is not None and settlement.answers:

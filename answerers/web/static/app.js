@@ -85,3 +85,19 @@
     });
   }
 })();
+
+// The dashboard: its body fetched again every two seconds.
+(function () {
+  var fleet = document.getElementById("fleet");
+  if (!fleet || !fleet.dataset.refresh) return;
+  var live = document.getElementById("live");
+  setInterval(function () {
+    fetch(fleet.dataset.refresh, { credentials: "same-origin" })
+      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
+      .then(function (html) {
+        fleet.replaceChildren(document.createRange().createContextualFragment(html));
+        live.dataset.state = "live"; live.textContent = "live";
+      })
+      .catch(function () { live.dataset.state = "reconnecting"; live.textContent = "reconnecting…"; });
+  }, 2000);
+})();

@@ -3,6 +3,7 @@
 from ._answerer import FINAL_REFUSALS, Answerer, AnswererOptions, GroupHandle, RetryLater
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
+from ._links import LinkClaims, LinkError, SignedLinks
 from ._models import (
     MAX_CUSTOM,
     RECOMMENDED_SUFFIX,
@@ -26,7 +27,7 @@ from ._models import (
 from ._runtime import AnswererRuntime
 from ._seam import Seam
 from ._settings import ChannelSettings, Settings
-from ._store import ChannelStore
+from ._store import ChannelStore, FeedFollower
 from ._sweeper import Sweeper
 from ._sync import SyncSeam
 from ._text import quoted, visible
@@ -51,8 +52,11 @@ __all__ = [
     "ChannelSettings",
     "ChannelStore",
     "ErrorCode",
+    "FeedFollower",
     "GroupHandle",
     "Keys",
+    "LinkClaims",
+    "LinkError",
     "Offer",
     "OnTimeout",
     "Option",
@@ -64,6 +68,7 @@ __all__ = [
     "Seam",
     "Settings",
     "Settlement",
+    "SignedLinks",
     "Status",
     "Sweeper",
     "SyncSeam",

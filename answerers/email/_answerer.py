@@ -208,17 +208,21 @@ class EmailAnswerer(Answerer[EmailOptions]):
         if links is None or base is None:
             return None
         group, ttl = self.group.name, self.config.link_ttl
+        minted: dict[tuple[str, str | None], str] = {}  # one link per choice per email
 
         def make(question_id: str, option: str | None) -> str:
-            token = links.mint(
-                request_id,
-                group,
-                recipient,
-                ttl=ttl,
-                question_id=question_id if option is not None else None,
-                option=option,
-            )
-            return f"{base}/a/{token}"
+            key = (question_id, option)
+            if key not in minted:
+                token = links.mint(
+                    request_id,
+                    group,
+                    recipient,
+                    ttl=ttl,
+                    question_id=question_id if option is not None else None,
+                    option=option,
+                )
+                minted[key] = f"{base}/a/{token}"
+            return minted[key]
 
         return make
 

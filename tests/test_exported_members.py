@@ -25,6 +25,7 @@ EXPORTED = [
     "ChannelSettings",
     "ChannelStore",
     "ErrorCode",
+    "FeedFollower",
     "GroupHandle",
     "Keys",
     "LinkClaims",

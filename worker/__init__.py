@@ -27,7 +27,7 @@ from ._models import (
 from ._runtime import AnswererRuntime
 from ._seam import Seam
 from ._settings import ChannelSettings, Settings
-from ._store import ChannelStore
+from ._store import ChannelStore, FeedFollower
 from ._sweeper import Sweeper
 from ._sync import SyncSeam
 from ._text import quoted, visible
@@ -52,6 +52,7 @@ __all__ = [
     "ChannelSettings",
     "ChannelStore",
     "ErrorCode",
+    "FeedFollower",
     "GroupHandle",
     "Keys",
     "LinkClaims",

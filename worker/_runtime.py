@@ -156,6 +156,8 @@ class AnswererRuntime:
             take=self.shown.take,
             restore=self.shown.show,
             sender=self.sends.enqueue if answerer.uses_sends else None,
+            live=self.ready.is_set,
+            fleet=seam.status,
         )
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[Any]] = set()

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import httpx
 import pytest
 from conftest import SEED, YES_JSON, Backend, running
 from email_standin import (
@@ -537,15 +538,53 @@ async def test_links_are_signed_per_recipient_and_option(
     async with email_worker(backend, sink, link_base_url=base):
         task = asking(seam, SEED)
         (question,) = await sink.wait(1)
-        urls = re.findall(re.escape(base) + r"/a/([A-Za-z0-9_.-]+)", question.html())
-        assert len(urls) == 3  # one per option, and the page
-        links = SignedLinks([SECRET])
-        claims = [links.check(token, group="email") for token in urls[:3]]
+        tokens = re.findall(re.escape(base) + r"/a/([A-Za-z0-9_.-]+)", question.html())
+        assert len(tokens) == 3  # one per option, and the page
+        claims = [SignedLinks([SECRET]).check(token, group="email") for token in tokens]
         assert {c.recipient for c in claims} == {ALICE}
         assert {c.request_id for c in claims} == {request_id_of(question)}
-        assert [c.option for c in claims][:2] == ["Yes, delete them (Recommended)", "No, keep them"]
-        assert all(u in question.text() for u in urls)
+        assert [c.option for c in claims] == [
+            "Yes, delete them (Recommended)",
+            "No, keep them",
+            None,
+        ]
+        assert all(token in question.text() for token in tokens)  # the same links, once each
         task.cancel()
+
+
+def csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found
+    return found.group(1)
+
+
+async def test_a_link_confirmed_answers_once_and_a_late_reply_is_told(
+    backend: Backend, seam: Seam, sink: SmtpSink
+) -> None:
+    """The email's link, served by the email worker's own HTTP endpoint (the web
+    channel's signed-link pages): GET and HEAD change nothing, POST answers once."""
+    async with email_worker(backend, sink, link_base_url="http://mail.askq.example") as email:
+        task = asking(seam, SEED)
+        (question,) = await sink.wait(1)
+        found = re.search(r"/a/([A-Za-z0-9_.-]+)\"[^>]*>No, keep them<", question.html())
+        assert found is not None and email.http is not None
+        path = f"/a/{found.group(1)}"
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{email.http.port}") as client:
+            for _ in range(2):  # a mail scanner prefetching, then the person
+                page = await client.get(path)
+                assert page.status_code == 200 and (await client.head(path)).status_code == 200
+            assert re.search(r'value="opt1" checked', page.text)
+            assert await still_pending(seam, request_id_of(question))
+            done = await client.post(path, data={"csrf": csrf(page.text), "q0": "opt1"})
+            assert done.status_code == 200, done.text
+            assert await answered(task) == NO_JSON
+            again = await client.post(path, data={"csrf": csrf(page.text), "q0": "opt0"})
+            assert again.status_code == 410
+        settlement = await seam.settlement(request_id_of(question))
+        assert settlement is not None and settlement.by == f"email:{ALICE}"
+        await submit(port(email), reply_to(question, "1"))
+        late = (await sink.wait(2))[1]
+        assert re.search(rf"Already answered by email:{ALICE} at \d{{4}}-", late.text())
 
 
 async def test_a_reply_bigger_than_the_limit_is_refused(

@@ -20,6 +20,7 @@ from typing import Any
 from askq import (
     Answerer,
     AnswererOptions,
+    Answers,
     AskError,
     AskRequest,
     ErrorCode,
@@ -33,7 +34,7 @@ from askq import (
 
 from . import _compose as compose
 from ._config import EmailConfig, EmailSettings
-from ._http import HttpEndpoint, Mount
+from ._http import HttpEndpoint
 from ._inbox import Inbox, Received, give_back_if_undeliverable
 from ._listener import DkimCheck, ReplyHandler, SmtpListener
 from ._mime import Inbound
@@ -66,16 +67,13 @@ class EmailAnswerer(Answerer[EmailOptions]):
         *,
         settings: EmailSettings | None = None,
         dkim: DkimCheck | None = None,
-        mounts: tuple[Mount, ...] = (),
     ) -> None:
         """`settings`: the ASKQ_EMAIL_* settings (default: read from the environment at
         start-up). `dkim`: the listener's DKIM check (default: dkimpy with the system's
-        DNS, when ASKQ_EMAIL_REQUIRE_DKIM is on). `mounts`: more routes for the HTTP
-        endpoint (the answer links' pages)."""
+        DNS, when ASKQ_EMAIL_REQUIRE_DKIM is on)."""
         super().__init__(options)
         self._settings = settings
         self._dkim = dkim
-        self._mounts = mounts
         self.links: SignedLinks | None = None
         self.listener: SmtpListener | None = None
         self.http: HttpEndpoint | None = None
@@ -108,14 +106,14 @@ class EmailAnswerer(Answerer[EmailOptions]):
                     tls_context=self.config.tls_context,
                 )
                 await self.listener.start()
-            if self.config.wants_http or self._mounts:
+            if self.config.wants_http:
                 self.http = HttpEndpoint(
                     self.config.http_host,
                     self.config.http_port,
                     receive=self.receive,
                     secret=self.config.inbound_secret,
                     max_bytes=self.config.max_message_bytes,
-                    mounts=self._mounts,
+                    routes=self._link_routes(),
                 )
                 await self.http.start()
         except BaseException:
@@ -129,6 +127,24 @@ class EmailAnswerer(Answerer[EmailOptions]):
         if self.http is not None:
             await self.http.stop()
             self.http = None
+
+    def _link_routes(self) -> list[Any]:
+        """The web channel's signed-link pages, for this group, when links are on."""
+        if self.links is None:
+            return []
+        from askq.answerers.web import links_routes
+
+        async def answered(request_id: str, answers: Answers, by: str) -> None:
+            await self.store.record_outcome(request_id, "ANSWERED", by, overwrite=True)
+
+        return links_routes(
+            self.group,
+            self.links,
+            by=lambda claims: f"email:{claims.recipient}",  # as a reply's answer is
+            on_answered=answered,
+            secure_cookies=(self.config.link_base_url or "").startswith("https://"),
+            static=True,
+        )
 
     async def receive(self, inbound: Inbound) -> Received:
         """Handle one inbound message (a reply, a bounce, an automatic reply)."""

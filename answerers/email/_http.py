@@ -1,23 +1,30 @@
-"""The email group's HTTP endpoint: `POST /email/inbound` takes one raw MIME message
-(for providers' inbound webhooks and relays that post mail rather than speak SMTP),
-authenticated by a shared secret (`Authorization: Bearer <ASKQ_EMAIL_INBOUND_SECRET>`),
-and the answer links' pages when the web routes are mounted on it.
+"""The email group's HTTP endpoint (Starlette on uvicorn): `POST /email/inbound` takes
+one raw MIME message (providers' inbound webhooks, relays that post mail rather than
+speak SMTP), authenticated by a shared secret (`Authorization: Bearer
+<ASKQ_EMAIL_INBOUND_SECRET>`); and the answer links' pages (`/a/<token>`: the web
+channel's signed-link routes, mounted for the email group) when links are on.
 
 The envelope, when the poster knows it, comes in `X-Askq-Mail-From` and
 `X-Askq-Rcpt-To` (comma-separated); without it the message's own headers say where it
 went. Replies: 200 with `{"outcome": ..., "detail": ...}` for every message read to the
-end, refusals included (retrying them would not change them); 401 a wrong secret; 400
-not a message; 413 too large; 503 a failure of ours (retry later).
+end, refusals included (posting them again would not change them); 401 a wrong
+secret; 400 not a message; 413 too large; 503 a failure of ours (retry later).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
-from aiohttp import web
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
 
 from askq import AskError, ErrorCode
 
@@ -30,7 +37,6 @@ INBOUND_PATH = "/email/inbound"
 HEALTH_PATH = "/healthz"
 
 Receive = Callable[[Inbound], Awaitable[Received]]
-Mount = Callable[[web.Application], None]
 
 
 class HttpEndpoint:
@@ -42,24 +48,25 @@ class HttpEndpoint:
         receive: Receive,
         secret: str | None,
         max_bytes: int,
-        mounts: tuple[Mount, ...] = (),
+        routes: Sequence[BaseRoute] = (),
     ) -> None:
         self.host = host
         self._port = port
         self.receive = receive
         self.secret = secret
         self.max_bytes = max_bytes
-        self.mounts = mounts
-        self._runner: web.AppRunner | None = None
+        self.routes = list(routes)
+        self._server: uvicorn.Server | None = None
+        self._serving: asyncio.Task[None] | None = None
         self.port: int | None = None
 
-    async def start(self) -> None:
-        app = web.Application(client_max_size=self.max_bytes)
+    def app(self) -> Starlette:
+        routes: list[BaseRoute] = [Route(HEALTH_PATH, self._on_health, methods=["GET"])]
         if self.secret:
-            app.router.add_post(INBOUND_PATH, self._on_inbound)
-        app.router.add_get(HEALTH_PATH, self._on_health)
-        for mount in self.mounts:
-            mount(app)
+            routes.append(Route(INBOUND_PATH, self._on_inbound, methods=["POST"]))
+        return Starlette(routes=[*routes, *self.routes])
+
+    async def start(self) -> None:
         sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -72,31 +79,57 @@ class HttpEndpoint:
                 f" {self.host}:{self._port} ({exc.strerror or exc})",
             ) from None
         self.port = int(sock.getsockname()[1])
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
+        config = uvicorn.Config(
+            self.app(),
+            log_level="warning",
+            access_log=False,
+            proxy_headers=False,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+        )
+        self._server = uvicorn.Server(config)
+        self._serving = asyncio.create_task(self._server.serve(sockets=[sock]))
+        while not self._server.started:
+            if self._serving.done():
+                self._serving.result()
+                raise AskError(ErrorCode.CONFIG_ERROR, "the email HTTP endpoint stopped at start")
+            await asyncio.sleep(0.01)
         log.info("email HTTP endpoint on http://%s:%d", self.host, self.port)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is not None and self._serving is not None:
+            self._server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._serving, timeout=5)
+        self._server = None
+        self._serving = None
 
-    def _authorized(self, request: web.Request) -> bool:
+    def _authorized(self, request: Request) -> bool:
         given = request.headers.get("Authorization", "")
         expected = f"Bearer {self.secret}"
         return hmac.compare_digest(given.encode(), expected.encode())
 
-    async def _on_inbound(self, request: web.Request) -> web.Response:
+    async def _body(self, request: Request) -> bytes | None:
+        """The body, or None once it is larger than allowed (read no further)."""
+        declared = request.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            return None
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > self.max_bytes:
+                return None
+        return bytes(body)
+
+    async def _on_inbound(self, request: Request) -> Response:
         if not self._authorized(request):
-            log.warning("inbound mail POST from %s refused: bad secret", request.remote)
-            return web.Response(status=401, text="missing or wrong bearer secret")
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return web.Response(status=413, text=f"larger than {self.max_bytes} bytes")
+            log.warning("inbound mail POST from %s refused: bad secret", request.client)
+            return PlainTextResponse("missing or wrong bearer secret", status_code=401)
+        raw = await self._body(request)
+        if raw is None:
+            return PlainTextResponse(f"larger than {self.max_bytes} bytes", status_code=413)
         if not raw.strip():
-            return web.Response(status=400, text="the body must be one raw MIME message")
+            return PlainTextResponse("the body must be one raw MIME message", status_code=400)
         mail_from = request.headers.get("X-Askq-Mail-From")
         rcpt = request.headers.get("X-Askq-Rcpt-To", "")
         rcpt_tos = tuple(a.strip() for a in rcpt.split(",") if a.strip())
@@ -104,8 +137,8 @@ class HttpEndpoint:
             received = await self.receive(parse(raw, mail_from=mail_from, rcpt_tos=rcpt_tos))
         except Exception:  # noqa: BLE001 - the poster retries on 5xx
             log.exception("could not handle an inbound message")
-            return web.Response(status=503, text="temporary failure, try again later")
-        return web.json_response({"outcome": received.verdict.value, "detail": received.detail})
+            return PlainTextResponse("temporary failure, try again later", status_code=503)
+        return JSONResponse({"outcome": received.verdict.value, "detail": received.detail})
 
-    async def _on_health(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+    async def _on_health(self, request: Request) -> Response:
+        return PlainTextResponse("ok")

@@ -5,13 +5,17 @@ posted to its HTTP endpoint), against fakeredis and the real Redis."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import re
 import smtplib
+import subprocess
 from collections.abc import AsyncIterator
+from email import policy
 from typing import Any
 
 import aiohttp
+import dkim
 import httpx
 import pytest
 from conftest import SEED, YES_JSON, Backend, running
@@ -31,6 +35,7 @@ from email_standin import (
 
 from askq import Answers, Caller, RequestState, Seam, SignedLinks
 from askq.answerers.email import EmailAnswerer
+from askq.answerers.email._dkim import dkim_check
 from askq.answerers.memory import MemoryAnswerer
 
 __all__ = ["sink"]  # the fixture, imported so pytest finds it
@@ -71,10 +76,11 @@ async def email_worker(
     *,
     priority: int = 0,
     cls: type[EmailAnswerer] = EmailAnswerer,
+    dkim: Any = None,
     **extra: Any,
 ) -> AsyncIterator[EmailAnswerer]:
     async with backend.seam() as worker_seam:
-        answerer = cls(settings=email_settings(sink, **extra))
+        answerer = cls(settings=email_settings(sink, **extra), dkim=dkim)
         async with running(worker_seam, answerer, "email", priority):
             yield answerer
 
@@ -598,3 +604,99 @@ async def test_a_reply_bigger_than_the_limit_is_refused(
             await submit(port(email), big)
         assert await still_pending(seam, request_id_of(question))
         task.cancel()
+
+
+# --- DKIM --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def dkim_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, bytes]:
+    """A throwaway RSA key (openssl, PKCS#1 as dkimpy reads it) and its DNS record."""
+    folder = tmp_path_factory.mktemp("dkim")
+    key = folder / "key.pem"
+    subprocess.run(
+        ["openssl", "genrsa", "-traditional", "-out", str(key), "1024"],
+        check=True,
+        capture_output=True,
+    )
+    public = subprocess.run(
+        ["openssl", "rsa", "-in", str(key), "-pubout", "-outform", "DER"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    return key.read_bytes(), b"v=DKIM1; k=rsa; p=" + base64.b64encode(public)
+
+
+def signed(message: Any, key: bytes, domain: str) -> bytes:
+    raw = message.as_bytes(policy=policy.SMTP)
+    headers = [b"from", b"to", b"subject", b"message-id"]
+    return bytes(dkim.sign(raw, b"sel", domain.encode(), key, include_headers=headers)) + raw
+
+
+async def test_with_dkim_required_only_a_signed_reply_counts(
+    backend: Backend, seam: Seam, sink: SmtpSink, dkim_key: tuple[bytes, bytes]
+) -> None:
+    key, record = dkim_key
+    dns = {b"sel._domainkey.acme.example.": record, b"sel._domainkey.evil.example.": record}
+
+    def txt(name: bytes, timeout: float = 5) -> bytes | None:  # the local DNS stand-in
+        return dns.get(name)
+
+    async with email_worker(backend, sink, require_dkim=True, dkim=dkim_check(txt)) as email:
+        task = asking(seam, SEED)
+        (question,) = await sink.wait(1)
+        reply = reply_to(question, "1")
+        to = [str(reply["To"])]
+        assert await refused(email, reply) == 550  # unsigned
+        assert await refused(email, signed(reply, key, "evil.example"), rcpt_to=to) == 550
+        tampered = signed(reply, key, "acme.example").replace(b"\r\n1\r\n", b"\r\n2\r\n", 1)
+        assert await refused(email, tampered, rcpt_to=to) == 550
+        assert await still_pending(seam, request_id_of(question))
+        await submit(port(email), signed(reply, key, "acme.example"), rcpt_to=to)
+        assert await answered(task) == YES_JSON
+
+
+# --- a second, independent SMTP client ---------------------------------------------------
+
+
+def swaks(
+    port: int, raw: bytes, *, mail_from: str, rcpt_to: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            "swaks",
+            "--server",
+            f"127.0.0.1:{port}",
+            "--from",
+            mail_from,
+            "--to",
+            rcpt_to,
+            "--data",
+            "-",
+            "--timeout",
+            "10",
+            "--suppress-data",
+        ],
+        input=raw.decode(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+async def test_replies_submitted_with_swaks(backend: Backend, seam: Seam, sink: SmtpSink) -> None:
+    """swaks (Debian's package; .ci/run installs it) speaks SMTP its own way: the
+    listener takes its reply, and refuses its forgery."""
+    async with email_worker(backend, sink, inbound_secret=None) as email:
+        task = asking(seam, [LANGS])
+        (question,) = await sink.wait(1)
+        reply = reply_to(question, "2, 3")
+        raw, to = reply.as_bytes(policy=policy.SMTP), str(reply["To"])
+        forged = raw.replace(ALICE.encode(), MALLORY.encode())
+        out = await asyncio.to_thread(swaks, port(email), forged, mail_from=MALLORY, rcpt_to=to)
+        assert out.returncode != 0 and "550 5.7.1" in out.stdout, out.stdout
+        out = await asyncio.to_thread(swaks, port(email), raw, mail_from=ALICE, rcpt_to=to)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert await answered(task) == (
+            '{"answers":[{"id":"langs","selected":["Go","Rust (Recommended)"]}]}'
+        )

@@ -294,9 +294,10 @@ class EmailAnswerer(Answerer[EmailOptions]):
         if not await self.store.lease_send(request_id, recipient):
             left = await self.store.lease_left(request_id, recipient)
             raise RetryLater(left, "being sent elsewhere")
-        message = compose.question_message(
-            request, self._envelope(request_id, recipient), self._links(request_id, recipient)
-        )
+        # A recipient the route does not allow to answer (copied for information) gets
+        # no links: a link would let them answer all the same.
+        links = self._links(request_id, recipient) if route.allows(recipient) else None
+        message = compose.question_message(request, self._envelope(request_id, recipient), links)
         bounce_to = self.config.addresses.address("bounce", request_id, recipient)
         try:
             await self.mailer.send(message, sender=bounce_to, recipient=recipient)

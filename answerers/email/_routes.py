@@ -13,6 +13,10 @@ patterns of `askq worker --scope`); a scope no route matches is declined. A valu
 an address, a list of addresses, or an object with `to` and an optional `allow`: the
 senders whose replies count (addresses, or `@domain` for a whole domain). Without
 `allow`, the route's recipients may answer, and nobody else.
+
+`allow` narrows, it does not widen: a reply's MAC binds it to the recipient its
+address was sent to, so a reply counts when it comes from that recipient and the
+route allows them. (Route to people rather than to a list address.)
 """
 
 from __future__ import annotations

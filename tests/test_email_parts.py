@@ -121,6 +121,11 @@ OUTLOOK_REPLY = (
     "##- Please type your reply above this line -##\r\n"
 )
 IPHONE_REPLY = "No, keep them\n\nSent from my iPhone\n\n> On 1 Dec 2026, at 14:00, askq wrote:\n>"
+BOTTOM_POSTED = (
+    "On Tue, Dec 1, 2026 at 2:00 PM askq <askq@askq.example> wrote:\n"
+    "> ##- Please type your reply above this line -##\n> Cleanup\n>   1. Yes\n\n2\n\n-- \nBob\n"
+)
+NOTHING_WRITTEN = "From: askq\nSent: Tue\n\n##- Please type your reply above this line -##\n1. Yes"
 GERMAN_REPLY = "1\n\nAm Di., 1. Dez. 2026 um 14:00 Uhr schrieb askq <askq@askq.example>:\n> x\n"
 
 
@@ -131,6 +136,8 @@ GERMAN_REPLY = "1\n\nAm Di., 1. Dez. 2026 um 14:00 Uhr schrieb askq <askq@askq.e
         (OUTLOOK_REPLY, "1: 2\n2: askq"),
         (IPHONE_REPLY, "No, keep them"),
         (GERMAN_REPLY, "1"),
+        (BOTTOM_POSTED, "2"),
+        (NOTHING_WRITTEN, ""),  # the quoted question is not an answer
         ("Keep them - we need\nthe logs.\n\n-- \nBob", "Keep them - we need\nthe logs."),
     ],
 )

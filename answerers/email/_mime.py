@@ -215,18 +215,28 @@ def body_text(message: EmailMessage) -> str:
 
 def strip_quoted(text: str) -> str:
     """The newest part of a reply: above our marker, above the quoted history, without
-    the signature or any line quoted with `>`."""
+    the signature or any line quoted with `>`. A reply written below the quote
+    (bottom-posted) has nothing above it: then it is what follows the last `>` line."""
     lines = text.replace("\r\n", "\n").split("\n")
-    for index, line in enumerate(lines):
-        if MARKER in line.casefold():
-            lines = lines[:index]
-            break
-    text = "\n".join(lines)
+    marker = next((i for i, line in enumerate(lines) if MARKER in line.casefold()), None)
+    if marker is None:
+        return _newest(text)
+    above = _newest("\n".join(lines[:marker]))
+    if above:
+        return above
+    quoted = [i for i, line in enumerate(lines) if line.lstrip().startswith(">")]
+    if quoted and quoted[-1] >= marker:
+        return _newest("\n".join(lines[quoted[-1] + 1 :]))
+    return ""
+
+
+def _newest(text: str) -> str:
+    """The first fragment with a body, per mail-parser-reply ("On … wrote:" and the
+    like split fragments; signatures and disclaimers are dropped), without `>` lines."""
     try:
-        latest = EmailReplyParser(languages=LANGUAGES).read(text)
-        replies = latest.replies
-        if replies:
-            text = replies[0].body
+        parsed = EmailReplyParser(languages=LANGUAGES).read(text)
+        bodies = [reply.body for reply in parsed.replies if reply.body]
+        text = bodies[0] if bodies else ""
     except Exception:  # noqa: BLE001 - a heuristic that fails leaves the text as it is
         log.warning("mail-parser-reply failed on a reply; using its text unstripped")
     kept = [line for line in text.split("\n") if not line.lstrip().startswith(">")]

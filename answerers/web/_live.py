@@ -1,6 +1,6 @@
 """Live pages: each replica follows its group's feed (one blocking read, whatever the
 number of open pages) and fans every event out to the Server-Sent Event streams open
-at that replica. An offer is rendered once per replica, not once per page.
+at that replica. An event is rendered and encoded once per replica, not once per page.
 
 A stream starts with a snapshot of the inbox (so a page that loaded just before an
 event, or a browser that reconnected to another replica, catches up), then carries
@@ -16,6 +16,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+from sse_starlette import ServerSentEvent
+
 from askq import FeedFollower, scope_matches
 
 from ._access import Access
@@ -24,7 +26,12 @@ from ._inbox import Inbox, InboxEntry
 log = logging.getLogger("askq.web")
 
 QUEUE_SIZE = 256
-Message = dict[str, str]
+Message = bytes  # one encoded Server-Sent Event
+
+
+def sse(event: str, data: object) -> Message:
+    """Encode an event once, however many streams it goes to."""
+    return ServerSentEvent(data=json.dumps(data), event=event).encode()
 
 
 @dataclass(eq=False)
@@ -94,13 +101,10 @@ class LiveHub:
             if kind == "offer":
                 entry = InboxEntry.model_validate_json(fields["entry"])
                 html = self._render_item(entry)
-                self._send(
-                    {"event": "offer", "data": json.dumps({"id": entry.id, "html": html})},
-                    entry.scope,
-                )
+                self._send(sse("offer", {"id": entry.id, "html": html}), entry.scope)
             elif kind in ("gone", "remind"):
                 data = {"id": fields["id"], "reason": fields.get("reason", "")}
-                self._send({"event": kind, "data": json.dumps(data)}, scope)
+                self._send(sse(kind, data), scope)
         except (KeyError, ValueError):
             log.warning("ignored a malformed inbox event %s", event_id)
 

@@ -5,7 +5,6 @@ may answer follows the access routes (`_access.py`); every POST checks the CSRF 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -22,7 +21,7 @@ from askq import FINAL_REFUSALS, AskError, AskRequest, ErrorCode, GroupHandle, s
 from ._access import Access
 from ._forms import FormState, read_form
 from ._inbox import Inbox, InboxEntry
-from ._live import LiveHub, Message, Subscriber
+from ._live import LiveHub, Message, Subscriber, sse
 from ._render import Renderer, final_context
 from ._signin import SignIn, csrf_ok, csrf_token, current_user
 
@@ -122,7 +121,7 @@ class InboxPages:
     async def snapshot(self, sub: Subscriber) -> Message:
         entries = await self.visible(sub.user, sub.selector)
         html = self.render.text("_list.html", {"entries": entries})
-        return {"event": "snapshot", "data": json.dumps({"html": html, "count": len(entries)})}
+        return sse("snapshot", {"html": html, "count": len(entries)})
 
     # --- sign-in -------------------------------------------------------------------------
 

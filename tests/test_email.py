@@ -9,6 +9,7 @@ import base64
 import contextlib
 import re
 import smtplib
+import ssl
 import subprocess
 from collections.abc import AsyncIterator
 from email import policy
@@ -33,7 +34,7 @@ from email_standin import (
     submit,
 )
 
-from askq import Answers, Caller, RequestState, Seam, SignedLinks
+from askq import Answers, AskError, Caller, RequestState, Seam, SignedLinks
 from askq.answerers.email import EmailAnswerer
 from askq.answerers.email._dkim import dkim_check
 from askq.answerers.memory import MemoryAnswerer
@@ -524,6 +525,8 @@ async def test_the_http_endpoint_takes_raw_mime_with_the_secret(
         assert await answered(task) == YES_JSON
         status, body = await post(email, reply)  # the provider posts it again
         assert (status, body["outcome"]) == (200, "ignored")
+        assert (await post(email, b"x" * 1_100_000))[0] == 413
+        assert (await post(email, b"  "))[0] == 400
 
 
 class _Any:
@@ -700,3 +703,80 @@ async def test_replies_submitted_with_swaks(backend: Backend, seam: Seam, sink: 
         assert await answered(task) == (
             '{"answers":[{"id":"langs","selected":["Go","Rust (Recommended)"]}]}'
         )
+
+
+# --- STARTTLS on the listener; a reply to a withdrawn question ---------------------------
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return str(cert), str(key)
+
+
+def tls_submit(port: int, raw: bytes, rcpt_to: str) -> tuple[bool, bool]:
+    """Submit over STARTTLS; (offered before, TLS in use)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # a self-signed test certificate
+    with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
+        client.ehlo()
+        offered = client.has_extn("starttls")
+        client.starttls(context=context)
+        client.ehlo()
+        client.sendmail(ALICE, [rcpt_to], raw)
+        return offered, client.sock is not None and isinstance(client.sock, ssl.SSLSocket)
+
+
+async def test_the_listener_offers_starttls_with_a_certificate(
+    backend: Backend, seam: Seam, sink: SmtpSink, tls_files: tuple[str, str]
+) -> None:
+    cert, key = tls_files
+    async with email_worker(backend, sink, tls_cert=cert, tls_key=key) as email:
+        task = asking(seam, SEED)
+        (question,) = await sink.wait(1)
+        reply = reply_to(question, "1")
+        raw = reply.as_bytes(policy=policy.SMTP)
+        offered, encrypted = await asyncio.to_thread(tls_submit, port(email), raw, str(reply["To"]))
+        assert offered and encrypted
+        assert await answered(task) == YES_JSON
+
+
+async def test_a_reply_to_a_withdrawn_question_is_told_so(
+    backend: Backend, seam: Seam, sink: SmtpSink
+) -> None:
+    async with email_worker(backend, sink) as email:
+        signal = asyncio.Event()
+        task = asyncio.create_task(seam.ask(SEED, CALLER, scope=SOLO, signal=signal))
+        (question,) = await sink.wait(1)
+        signal.set()  # the agent's turn is aborted
+        with pytest.raises(AskError):
+            await asyncio.wait_for(task, 10)
+        await submit(port(email), reply_to(question, "1"))
+        told = (await sink.wait(2))[1]
+        assert (
+            "This question was withdrawn (cancelled): your reply was not recorded." in told.text()
+        )
+        settlement = await seam.settlement(request_id_of(question))
+        assert settlement is not None and settlement.state == "CANCELLED"

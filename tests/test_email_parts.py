@@ -175,6 +175,14 @@ def test_automatic_replies_are_recognised() -> None:
     assert auto_reply(parse(mail(base + "Auto-Submitted: no\r\nSubject: Re: out"))) is None
 
 
+def test_only_well_formed_message_ids_thread() -> None:
+    headers = "Message-ID: <abc.1@acme.example>\r\nReferences: <x@y> junk <z@w>"
+    good = parse(mail("From: a@acme.example\r\n" + headers))
+    assert good.message_id == "<abc.1@acme.example>" and good.references == ("<x@y>", "<z@w>")
+    bad = parse(mail("From: a@acme.example\r\nMessage-ID: <a b> Bcc: x@evil"))
+    assert bad.message_id is None
+
+
 def test_a_non_standard_bounce_is_one_too() -> None:
     daemon = parse(mail("From: MAILER-DAEMON@mx.example\r\nSubject: failure"), mail_from="")
     report = bounce(daemon)

@@ -37,6 +37,8 @@ _AUTO_SUBJECT = re.compile(
 )
 _DAEMONS = ("mailer-daemon", "postmaster")
 MARKER = REPLY_ABOVE.strip("#- ").casefold()  # "please type your reply above this line"
+_MSGID = re.compile(r"^<[!-;=?-~]{1,250}>$")  # printable ASCII, no spaces, no < or >
+MAX_REFERENCES = 20
 
 
 @dataclass(frozen=True)
@@ -61,15 +63,16 @@ def parse(raw: bytes, *, mail_from: str | None = None, rcpt_tos: tuple[str, ...]
     for name in ("To", "Cc", "Delivered-To", "X-Original-To"):
         values = [str(v) for v in message.get_all(name, [])]
         heard += [normal(a) for _, a in getaddresses(values) if a]
-    references = tuple(str(message.get("References", "")).split())
-    message_id = str(message.get("Message-ID", "")).strip() or None
+    # Threading ids go back out in our headers: only well-formed ones, and a few.
+    references = tuple(r for r in str(message.get("References", "")).split() if _MSGID.match(r))
+    message_id = str(message.get("Message-ID", "")).strip()
     return Inbound(
         message=message,
         sender=normal(senders[0]) if len(senders) == 1 else None,
         recipients=tuple(dict.fromkeys(heard)),
         mail_from=mail_from,
-        message_id=message_id,
-        references=references,
+        message_id=message_id if _MSGID.match(message_id) else None,
+        references=references[-MAX_REFERENCES:],
     )
 
 

@@ -97,10 +97,12 @@ class BlockingCalls:
                 await self._settled(key, base)
 
     async def _settled(self, key: str, base: str) -> None:
-        """The request under `key` settled: the same arguments ask anew from now on."""
+        """The request under `key` settled: the same arguments ask anew from now on. (An
+        ask can also end while its request waits on: a re-issued call took it over.)"""
+        seam = self.tool.seam
         try:
-            request_id = await self.tool.seam.idempotent_request(key)
-            if request_id is not None:
+            request_id = await seam.idempotent_request(key)
+            if request_id is not None and await seam.settlement(request_id) is not None:
                 await self.store.set_fields(f"gen:{base}", {"after": request_id})
         except AskError as exc:
             log.warning("could not record the settlement of %s: %s", key, exc)

@@ -87,13 +87,25 @@ class Handles:
             return _error(ErrorCode.INVALID_REQUEST, "handle: not a handle ask_user_question gave")
         if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
             return _error(ErrorCode.INVALID_REQUEST, "wait_seconds: must be a number >= 0")
+        wait = min(float(wait), self.settings.max_wait)
         task = self._tasks.get(handle)
-        if task is None:
-            try:
+        try:
+            if task is None:
                 task = await self._attach(handle)
+            elif task.done() and task.result().code is ErrorCode.ABORTED:
+                # Ended here because a poll at another replica took the question over
+                # (askq lets one call wait on a request); take it back. A question that
+                # was really aborted gives its stored ABORTED again.
+                task = await self._attach(handle)
+        except AskError as exc:
+            return ToolResult(content=str(exc), is_error=True, code=exc.code)
+        result = await self._outcome(handle, task, wait)
+        if result.code is ErrorCode.ABORTED and task.done():
+            try:  # taken over while this poll waited: likewise
+                result = await self._outcome(handle, await self._attach(handle), 0)
             except AskError as exc:
                 return ToolResult(content=str(exc), is_error=True, code=exc.code)
-        return await self._outcome(handle, task, min(float(wait), self.settings.max_wait))
+        return result
 
     async def _attach(self, handle: str) -> asyncio.Task[ToolResult]:
         """Wait here on a question another replica (or an earlier run) asked."""

@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from importlib.metadata import version
 from typing import Any
 
@@ -162,6 +162,22 @@ async def serve_stdio(settings: Settings, mcp_settings: McpSettings) -> None:
             await server.server.run(read, write, server.server.create_initialization_options())
 
 
+def _web_server() -> type[Any]:
+    import uvicorn
+
+    class Web(uvicorn.Server):
+        """uvicorn, minus re-raising SIGTERM/SIGINT once it has stopped: the server still
+        has its own cleanup to do (withdrawing what its calls left), then exits 0."""
+
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                yield
+                self._captured_signals.clear()
+
+    return Web
+
+
 async def serve_http(
     settings: Settings,
     mcp_settings: McpSettings,
@@ -171,10 +187,11 @@ async def serve_http(
 ) -> None:
     import uvicorn
 
+    _Web = _web_server()
     async with open_server(settings, mcp_settings) as server:
         app = server.server.streamable_http_app(host=host)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-        web = uvicorn.Server(config)
+        web = _Web(config)
 
         async def announce() -> None:
             while not web.started:

@@ -319,6 +319,45 @@ def demo(auto: bool, demo_url: str | None) -> None:
 
 
 @main.command()
+@click.option("--http", "http", is_flag=True, help="Serve streamable HTTP instead of stdio.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="With --http.")
+@click.option("--port", type=int, default=8765, show_default=True, help="With --http.")
+@click.pass_obj
+def mcp(settings: Settings, http: bool, host: str, port: int) -> None:
+    """Serve ask_user_question as an MCP server (stdio by default; --http for streamable
+    HTTP at /mcp). Who asks: ASKQ_MCP_AGENT_ID, ASKQ_MCP_OWNER (see docs/integrations.md).
+    Needs the mcp extra: pip install 'askq[mcp]'."""
+    try:  # imported here: the core never imports the mcp SDK
+        from .integrations.mcp import McpSettings, serve_http, serve_stdio
+    except ImportError as exc:
+        fail(
+            AskError(
+                ErrorCode.CONFIG_ERROR,
+                f"askq mcp needs the mcp extra ({exc.name} is"
+                " missing); run: pip install 'askq[mcp]'",
+            )
+        )
+        return
+    try:
+        mcp_settings = McpSettings.from_env()
+    except AskError as exc:
+        fail(exc)
+        return
+    if http:
+        run_cli(
+            lambda: serve_http(
+                settings,
+                mcp_settings,
+                host,
+                port,
+                on_ready=lambda url: click.echo(f"askq mcp: serving {url}: ready", err=True),
+            )
+        )
+    else:
+        run_cli(lambda: serve_stdio(settings, mcp_settings))
+
+
+@main.command()
 def answerers() -> None:
     """List the installed answerer kinds (`askq.answerers` entry points) and the
     options each takes after `askq worker KIND`."""

@@ -55,6 +55,7 @@ QUESTIONS = [
 ]
 DB, CHECKS = (q["question"] for q in QUESTIONS)
 
+
 def conforms(value: Any, kind: Any) -> bool:
     """`value` fits the SDK's type `kind` (its TypedDicts, with no unknown key)."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)

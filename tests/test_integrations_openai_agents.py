@@ -83,6 +83,8 @@ async def test_answered_by_an_auto_worker_process(backend: Backend) -> None:
         async with backend.seam() as seam:
             agent = agent_for(AskUserQuestionTool(seam), model)
             result = await Runner.run(agent, "clean up?", run_config=config("trace_1"))
+            # The tool call, in its turn, is the idempotency key.
+            assert await seam.idempotent_request("openai-agents:trace_1:call_1")
     assert result.final_output == YES_JSON
     assert model.outputs == [YES_JSON]
     (definition,) = model.tools

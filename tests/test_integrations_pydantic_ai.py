@@ -65,11 +65,13 @@ async def test_the_model_sees_askq_schema_and_gets_its_json(backend: Backend) ->
     model = ScriptedModel(SEED)
     async with backend.seam() as seam, running(seam, mem, "humans"):
         result = await agent_for(AskUserQuestionTool(seam), model).run("clean up?", run_id="run-1")
+        offer = await mem.next_presented()
+        # The tool call, in its run, is the idempotency key.
+        assert await seam.idempotent_request("pydantic-ai:run-1:call_0") == offer.request_id
     assert result.output == YES_JSON
     assert model.schemas == [input_schema()]
     returned = model.seen[-1]
     assert isinstance(returned, ToolReturnPart) and returned.content == YES_JSON
-    offer = await mem.next_presented()
     assert (offer.caller.agent_id, offer.caller.turn_id) == ("pa-agent", "run-1")
 
 

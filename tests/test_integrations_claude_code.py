@@ -292,7 +292,13 @@ class StubTransport(Transport):
         pass
 
     async def write(self, data: str) -> None:
-        self.written.put_nowait(json.loads(data))
+        message = json.loads(data)
+        if message.get("type") == "control_request":  # the SDK initializing: say yes
+            self.initialize = message["request"]
+            reply = {"subtype": "success", "request_id": message["request_id"], "response": {}}
+            self.incoming.put_nowait({"type": "control_response", "response": reply})
+            return
+        self.written.put_nowait(message)
 
     async def read_messages(self) -> AsyncIterator[dict[str, Any]]:
         while (message := await self.incoming.get()) is not None:
@@ -323,10 +329,13 @@ def permission_request(request_id: str, tool: str, tool_input: dict[str, Any]) -
     }
 
 
-async def sdk_with(seam: Seam, can_use_tool: Any) -> tuple[Query, StubTransport]:
+async def sdk_with(
+    seam: Seam, can_use_tool: Any, hooks: dict[str, Any] | None = None
+) -> tuple[Query, StubTransport]:
     transport = StubTransport()
-    query = Query(transport, is_streaming_mode=True, can_use_tool=can_use_tool)
+    query = Query(transport, is_streaming_mode=True, can_use_tool=can_use_tool, hooks=hooks)
     await query.start()
+    await query.initialize()
     return query, transport
 
 
@@ -405,3 +414,43 @@ async def test_sdk_can_use_tool_denies_and_cancel_withdraws(backend: Backend) ->
     )
     assert other["response"] == {"behavior": "deny", "message": "no permission callback for Write"}
     assert transport.written.empty()  # a cancelled request gets no response
+
+
+async def test_sdk_pre_tool_use_hook_callback(backend: Backend) -> None:
+    mem = MemoryAnswerer(reply=human)
+    async with backend.seam() as seam, running(seam, mem, "humans"):
+        adapter = AskqCanUseTool(AskUserQuestionTool(seam), agent_id="sdk-agent", turn_id="t")
+        matcher = {"matcher": "AskUserQuestion", "hooks": [adapter.pre_tool_use]}
+        query, transport = await sdk_with(seam, None, hooks={"PreToolUse": [matcher]})
+        try:
+            (registered,) = transport.initialize["hooks"]["PreToolUse"]
+            (callback_id,) = registered["hookCallbackIds"]
+            for tool, tool_input in [
+                ("AskUserQuestion", {"questions": QUESTIONS}),
+                ("Bash", {"command": "ls"}),
+            ]:
+                transport.incoming.put_nowait(
+                    {
+                        "type": "control_request",
+                        "request_id": f"h-{tool}",
+                        "request": {
+                            "subtype": "hook_callback",
+                            "callback_id": callback_id,
+                            "input": hook_input(tool_input, tool=tool),
+                            "tool_use_id": "toolu_01",
+                        },
+                    }
+                )
+            replies = {}
+            for _ in range(2):
+                reply = (await asyncio.wait_for(transport.written.get(), 20))["response"]
+                replies[reply["request_id"]] = reply
+        finally:
+            await query.close()
+    answered, other = replies["h-AskUserQuestion"], replies["h-Bash"]
+    check_hook_output(answered["response"])
+    assert answered["response"]["hookSpecificOutput"]["updatedInput"]["answers"] == {
+        DB: "Postgres",
+        CHECKS: "Lint, Tests, a smoke run",
+    }
+    assert other["response"] == {}

@@ -8,7 +8,8 @@ Two ways in, one conversion:
   carrying the answers, or `"deny"` with the reason.
 - `AskqCanUseTool`: a `can_use_tool` callback for the Claude Agent SDK (Python) doing
   the same for SDK-driven agents (`PermissionResultAllow(updated_input=...)` or
-  `PermissionResultDeny(message=...)`).
+  `PermissionResultDeny(message=...)`); its `pre_tool_use` is the same as an SDK hook
+  callback, for hosts that answer through hooks.
 
 The shapes (Claude Code 2.1.332, as bundled with claude-agent-sdk 0.2.189): the tool
 input is `{questions: [{question, header, options: [{label, description, preview?}],
@@ -32,7 +33,7 @@ import json
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import AskError, ErrorCode
 from .._models import Caller
@@ -43,7 +44,14 @@ from .._text import quoted, visible
 from .._tool import AskUserQuestionTool
 
 if TYPE_CHECKING:
-    from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny, ToolPermissionContext
+    from claude_agent_sdk import (
+        HookContext,
+        HookInput,
+        HookJSONOutput,
+        PermissionResultAllow,
+        PermissionResultDeny,
+        ToolPermissionContext,
+    )
 
     from .._types import AbortSignal
 
@@ -331,6 +339,23 @@ class AskqCanUseTool:
         if decision.updated_input is not None:
             return PermissionResultAllow(updated_input=decision.updated_input)
         return PermissionResultDeny(message=decision.reason)
+
+    async def pre_tool_use(
+        self, hook_input: HookInput, tool_use_id: str | None, context: HookContext
+    ) -> HookJSONOutput:
+        """The same as an SDK `PreToolUse` hook callback, for hosts that prefer hooks
+        (`HookMatcher(matcher="AskUserQuestion", hooks=[adapter.pre_tool_use])`): the
+        answers in `updatedInput`, or a deny with the reason."""
+        raw: Mapping[str, Any] = cast("Mapping[str, Any]", hook_input)
+        if raw.get("tool_name") != CLAUDE_TOOL or already_answered(raw.get("tool_input")):
+            return {}
+        decision = await decide(
+            self.tool,
+            raw.get("tool_input"),
+            self.caller(raw.get("agent_id")),
+            tool_use_id=tool_use_id or raw.get("tool_use_id"),
+        )
+        return cast("HookJSONOutput", hook_output(decision))
 
 
 def _is_signal(value: Any) -> bool:

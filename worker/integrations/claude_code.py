@@ -30,13 +30,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import AskError, ErrorCode
-from .._models import Caller
+from .._models import Caller, validate_model
 from .._runtime import stop_on_signals
 from .._seam import Seam
 from .._settings import Settings
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
     )
 
     from .._types import AbortSignal
+
+log = logging.getLogger("askq.integrations.claude_code")
 
 CLAUDE_TOOL = "AskUserQuestion"
 
@@ -211,11 +214,12 @@ def hook_caller(
     session = str(hook_input.get("session_id") or "unknown")
     root = agent or f"claude-code:{session}"
     sub = hook_input.get("agent_id")
-    return Caller(
-        agent_id=f"{root}/{sub}" if sub else root,
-        turn_id=turn or str(hook_input.get("prompt_id") or session),
-        owner=root if sub else None,
-    )
+    given = {
+        "agent_id": f"{root}/{sub}" if sub else root,
+        "turn_id": turn or str(hook_input.get("prompt_id") or session),
+        "owner": root if sub else None,
+    }
+    return validate_model(Caller, given)  # a bad one is INVALID_REQUEST, so a deny
 
 
 def parse_hook_input(raw: bytes | str) -> dict[str, Any]:
@@ -257,6 +261,10 @@ async def run_hook(
             )
     except AskError as exc:
         decision = Decision(None, f"askq: {exc}")
+    except Exception as exc:  # noqa: BLE001 - Claude Code must get a decision, not a crash
+        log.exception("claude-code-hook failed")
+        why = f"the question could not be asked ({type(exc).__name__})"
+        decision = Decision(None, f"askq: INTERNAL: {why}")
     return hook_output(decision)
 
 

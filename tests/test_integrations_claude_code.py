@@ -183,10 +183,23 @@ async def test_hook_answers_with_the_humans_labels_keyed_by_question(backend: Ba
 
 
 async def test_hook_through_an_auto_worker_process(backend: Backend) -> None:
-    with worker_process(backend, "auto"):
+    with worker_process(backend, "auto", "--scope", "team=a", "--scope", "client=claude-code"):
         output = await hook(backend, hook_input({"questions": QUESTIONS[:1]}), "--scope", "team=a")
+        other_team = hook_input({"questions": QUESTIONS[:1]}, use_id="toolu_02")
+        elsewhere = await hook(backend, other_team, "--scope", "team=b")
     assert output["hookSpecificOutput"]["permissionDecision"] == "allow"
     assert output["hookSpecificOutput"]["updatedInput"]["answers"] == {DB: "Postgres"}
+    reason = elsewhere["hookSpecificOutput"]["permissionDecisionReason"]
+    assert reason.startswith("askq: NO_ANSWERER")  # the group serves team a only
+
+
+async def test_hook_sub_agent_of_a_live_session_is_delegated(backend: Backend) -> None:
+    sub = {**hook_input({"questions": QUESTIONS}), "agent_id": "sub-1", "agent_type": "Explore"}
+    async with backend.seam() as seam, seam.agent("claude-code:sess-1"):
+        output = await hook(backend, sub)
+    reason = output["hookSpecificOutput"]["permissionDecisionReason"]
+    assert output == deny(reason)
+    assert reason.startswith("askq: DELEGATED_CALLER: Agent 'claude-code:sess-1/sub-1'")
 
 
 async def test_hook_denies_with_the_reason_when_nobody_answers(backend: Backend) -> None:

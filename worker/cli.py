@@ -373,6 +373,30 @@ def answerers() -> None:
             click.echo(f"  {flag:<16} {field.description or ''}".rstrip())
 
 
+@main.command("claude-code-hook")
+@click.option("--agent", default=None, help="Calling agent id (default: claude-code:<session>).")
+@click.option("--turn", default=None, help="Turn id (default: the prompt's id, else the session).")
+@click.option("--scope", "scope", multiple=True, help="Routing label key=value (repeatable).")
+@click.option("--timeout", type=float, default=None, help="Seconds to wait, then deny TIMED_OUT.")
+@click.pass_obj
+def claude_code_hook(
+    settings: Settings,
+    agent: str | None,
+    turn: str | None,
+    scope: tuple[str, ...],
+    timeout: float | None,
+) -> None:
+    """Claude Code PreToolUse hook for AskUserQuestion: reads the hook input JSON on
+    stdin, asks through askq, writes the hook output JSON (allow with the answers, or
+    deny with the reason). See docs/integrations.md."""
+    from .integrations.claude_code import hook_main
+
+    route = parse_scope_flags(scope)
+    hook_main(
+        settings, sys.stdin.buffer.read(), agent=agent, turn=turn, scope=route, timeout=timeout
+    )
+
+
 main.add_command(status)
 main.add_command(worker)
 main.add_command(group)

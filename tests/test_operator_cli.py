@@ -223,7 +223,7 @@ async def test_abort_messages(backend: Backend, seam: Seam) -> None:
     assert "turn: empty" in one_line_error(empty, "INVALID_REQUEST", 6)
     unknown = askq(backend, "abort", "never-asked")
     assert unknown.returncode == 0
-    assert f"no pending asks under prefix '{backend.prefix}'" in unknown.stdout
+    assert f"no pending asks of it are known under prefix '{backend.prefix}'" in unknown.stdout
     again = askq(backend, "abort", "never-asked")
     assert "was already aborted" in again.stdout, again.stdout
     async with running(seam, MemoryAnswerer(), "desk"):

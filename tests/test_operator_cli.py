@@ -203,6 +203,11 @@ def test_a_mistyped_worker_flag_is_named_with_the_closest(
     assert f"no option {typo}; did you mean {closest}?" in line, line
 
 
+def test_a_worker_option_before_the_kind_says_where_it_goes() -> None:
+    line = one_line_error(askq(None, "worker", "--priority", "3", "auto"), "CONFIG_ERROR", 12)
+    assert "--priority goes after the kind (`askq worker KIND --priority ...`" in line, line
+
+
 def test_worker_kind_help_lists_its_options_with_choices_and_defaults() -> None:
     result = askq(None, "worker", "auto", "--help")
     assert result.returncode == 0, result.stderr

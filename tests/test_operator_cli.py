@@ -100,6 +100,32 @@ async def test_ask_not_on_a_terminal_prints_only_the_json(backend: Backend, seam
 # --- NO_ANSWERER: the operator's hint ------------------------------------------------
 
 
+def test_global_options_after_ask_and_worker(backend: Backend) -> None:
+    env = {k: v for k, v in backend.env().items() if k not in ("ASKQ_REDIS_URL", "ASKQ_PREFIX")}
+    flags = ["--redis-url", backend.url, "--prefix", backend.prefix]
+    worker = subprocess.Popen(
+        [*ASKQ, "worker", "auto", *flags],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert worker.stderr is not None
+        assert worker.stderr.readline().endswith(": ready\n")
+        result = subprocess.run(
+            [*ASKQ, "ask", "-q", "Go?", "-o", "Yes", *flags],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert result.stdout == '{"answers":[{"id":"q1","selected":["Yes"]}]}\n', result.stderr
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=20)
+
+
 def test_no_answerer_adds_a_hint_for_the_operator(backend: Backend) -> None:
     result = askq(backend, "ask", *QUESTION)
     assert result.returncode == 3
@@ -173,7 +199,9 @@ def test_a_malformed_url_is_one_config_error_line(url: str, says: str) -> None:
     for before in (True, False):
         args = ["--redis-url", url, "status"] if before else ["status", "--redis-url", url]
         line = one_line_error(askq(None, *args), "CONFIG_ERROR", 12)
-        assert says in line, line
+        assert line.startswith("CONFIG_ERROR: --redis-url / ASKQ_REDIS_URL: ") and says in line
+    line = one_line_error(askq(None, "status", ASKQ_REDIS_URL=url), "CONFIG_ERROR", 12)
+    assert says in line, line
 
 
 def test_a_database_out_of_range_is_one_redis_unavailable_line(real_url: str) -> None:

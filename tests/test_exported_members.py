@@ -48,6 +48,7 @@ EXPORTED = [
     "parse_input",
     "quoted",
     "scope_matches",
+    "serve_metrics",
     "visible",
 ]
 

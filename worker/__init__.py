@@ -3,6 +3,7 @@
 from ._answerer import FINAL_REFUSALS, Answerer, AnswererOptions, GroupHandle, RetryLater
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
+from ._metrics import serve_metrics
 from ._models import (
     MAX_CUSTOM,
     RECOMMENDED_SUFFIX,
@@ -76,4 +77,5 @@ __all__ = [
     "quoted",
     "scope_matches",
     "visible",
+    "serve_metrics",
 ]

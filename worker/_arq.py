@@ -16,9 +16,11 @@ from typing import Any
 
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from arq.worker import Function, Worker
+from redis.exceptions import ResponseError
 
 from ._blocking import raise_if_cancelled
 from ._connections import CONNECTION_ERRORS
+from ._sentinel import arq_redis_settings, failover_reply, is_sentinel_url
 from ._settings import Settings
 
 log = logging.getLogger("askq.arq")
@@ -34,6 +36,9 @@ def loads(raw: bytes) -> Any:
 
 
 def redis_settings(settings: Settings) -> RedisSettings:
+    if is_sentinel_url(settings.redis_url):  # Sentinel: _sentinel.py
+        sentinel: RedisSettings = arq_redis_settings(settings.redis_url)
+        return sentinel
     return RedisSettings.from_dsn(settings.redis_url)
 
 
@@ -98,6 +103,10 @@ async def run_supervised(name: str, make_worker: Callable[[], Worker]) -> None:
             return
         except CONNECTION_ERRORS as exc:
             log.warning("%s lost Redis (%s); restarting in %.1f s", name, exc, backoff)
+        except ResponseError as exc:  # Sentinel: a master failing over (_sentinel.py)
+            if not failover_reply(exc):
+                raise
+            log.warning("%s: Redis fails over (%s); restarting in %.1f s", name, exc, backoff)
         finally:
             with contextlib.suppress(Exception):
                 await close_worker(worker)

@@ -23,6 +23,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._errors import AskError, ErrorCode
+from ._sentinel import is_sentinel_url, parse_sentinel_url, sentinel_client
 from ._settings import Settings
 
 # What a lost or unreachable server raises in redis-py (OSError covers refused sockets).
@@ -99,6 +100,13 @@ def _base_kwargs(
 
 def command_client(source: Redis | None, settings: Settings, name: str | None = None) -> Redis:
     """The process's command client: at most `max_connections` connections."""
+    if source is None and is_sentinel_url(settings.redis_url):  # Sentinel: _sentinel.py
+        return sentinel_client(
+            settings,
+            name,
+            max_connections=settings.max_connections,
+            socket_timeout=settings.socket_timeout,
+        )
     cls, kwargs = _base_kwargs(source, settings, name)
     kwargs["socket_timeout"] = settings.socket_timeout
     pool = BlockingConnectionPool(
@@ -113,6 +121,13 @@ def blocking_client(source: Redis | None, settings: Settings, name: str | None =
     Its socket timeout exceeds the block time, so a long block is not mistaken for a
     dead server, while a dead server is still noticed within one block period.
     """
+    if source is None and is_sentinel_url(settings.redis_url):  # Sentinel: _sentinel.py
+        return sentinel_client(
+            settings,
+            name,
+            max_connections=1,
+            socket_timeout=settings.block_seconds + settings.socket_timeout,
+        )
     cls, kwargs = _base_kwargs(source, settings, name)
     kwargs["socket_timeout"] = settings.block_seconds + settings.socket_timeout
     pool = BlockingConnectionPool(connection_class=cls, max_connections=1, timeout=None, **kwargs)
@@ -123,6 +138,9 @@ def check_redis_url(url: str) -> None:
     """CONFIG_ERROR naming what is wrong with a Redis URL (scheme, port, database,
     options), before anything connects. redis-py drops a database path that is not a
     number without a word, so askq would quietly use database 0; that is refused too."""
+    if is_sentinel_url(url):  # Sentinel: _sentinel.py
+        parse_sentinel_url(url)
+        return
     where = f"Redis URL {redacted(url)}"
     try:
         ConnectionPool.from_url(url)

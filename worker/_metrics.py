@@ -37,6 +37,7 @@ from typing import Any
 
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
+from ._sentinel import is_sentinel_url, sync_sentinel_client
 from ._settings import Settings
 
 log = logging.getLogger("askq.metrics")
@@ -177,6 +178,8 @@ class RedisCollector:
         self._redis: Any = None
 
     def _client(self) -> Any:
+        if self._redis is None and is_sentinel_url(self.settings.redis_url):  # _sentinel.py
+            self._redis = sync_sentinel_client(self.settings, f"askq-metrics-{id(self):x}")
         if self._redis is None:
             import redis
 

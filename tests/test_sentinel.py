@@ -1,0 +1,209 @@
+"""Redis Sentinel: `ASKQ_REDIS_URL=redis+sentinel://host:port,.../mymaster/0`.
+
+The URL's parsing and errors need no server. The rest runs against a Sentinel set the
+tests start themselves (tests/sentinel_servers.py: one master, one replica, three
+sentinels on loopback): asks answered through it by `askq` processes (caller, answerer
+replicas, `askq sweeper` with its arq worker), the command pool bounded, and failovers
+under load — SENTINEL FAILOVER, and a SIGKILLed master — with every ask's outcome
+counted: lost (no outcome, or an error for an ask whose question had been published),
+settled twice (events stream), hung (no outcome in time). All must be 0.
+
+The data nodes run with `min-replicas-to-write 1`: Sentinel replicates asynchronously,
+and without it the demoted master goes on taking writes for seconds after the promotion
+(until the sentinels reconfigure it), all of which the failover then discards
+(deploy/README.md, "Sentinel").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sentinel_servers import SentinelSet
+from test_faults import (
+    FAULT_CALLER,
+    Procs,
+    environ,
+    events_by_request,
+    eventually,
+    presented,
+    procs,
+    settings,
+    settlements,
+)
+
+from askq import AskError, Caller, ErrorCode, Seam, Settings
+from askq._arq import redis_settings
+from askq._connections import check_redis_url, redacted
+from askq._sentinel import parse_sentinel_url
+from bench._redis_server import redis_server_binary
+
+__all__ = ["procs"]  # the fixture, used by name
+
+SAFE = ("min-replicas-to-write 1", "min-replicas-max-lag 10")
+
+
+# --- the URL, no server ----------------------------------------------------------------
+
+
+def test_sentinel_url_names_sentinels_service_database_and_credentials() -> None:
+    target = parse_sentinel_url(
+        "redis+sentinel://al%40ice:s3cr%2Ft@10.0.0.1:5000,sent-b,[::1]:26380/prod/3"
+    )
+    assert target.sentinels == (("10.0.0.1", 5000), ("sent-b", 26379), ("::1", 26380))
+    assert (target.service, target.db) == ("prod", 3)
+    assert (target.username, target.password) == ("al@ice", "s3cr/t")
+    bare = parse_sentinel_url("redis+sentinel://secret@h:1/svc")
+    assert (bare.username, bare.password, bare.db) == (None, "secret", 0)
+    arq = redis_settings(Settings(redis_url="redis+sentinel://:pw@h:1,g:2/svc/2"))
+    assert (arq.sentinel, arq.sentinel_master, arq.host) == (True, "svc", [("h", 1), ("g", 2)])
+    assert (arq.database, arq.password) == (2, "pw")
+    assert "pw" not in redacted("redis+sentinel://u:pw@h:1,g:2/svc/2")
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis+sentinel://h:1", "no service name"),
+        ("redis+sentinel://h:1/", "no service name"),
+        ("redis+sentinel://h:x/svc", "port 'x' is not a number"),
+        ("redis+sentinel://h:1,,g:2/svc", "has no host"),
+        ("redis+sentinel://h:1/svc/zero", "database 'zero' is not a number"),
+        ("redis+sentinel://h:1/svc/0/more", "the path is /SERVICE or /SERVICE/DB"),
+        ("redis+sentinel://u:pw@h:1/svc?db=1", "no query"),
+    ],
+)
+def test_a_malformed_sentinel_url_is_a_config_error_naming_it(url: str, says: str) -> None:
+    with pytest.raises(AskError) as err:
+        check_redis_url(url)
+    assert err.value.code is ErrorCode.CONFIG_ERROR
+    assert says in err.value.message
+    assert "pw" not in err.value.message
+
+
+# --- a Sentinel set on loopback --------------------------------------------------------
+
+
+@pytest.fixture
+def sentinels(tmp_path: Path) -> Iterator[SentinelSet]:
+    if redis_server_binary() is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is not on PATH; CI must run the Sentinel tests")
+        pytest.skip("redis-server is not on PATH (the Sentinel tests start their own)")
+    group = SentinelSet(tmp_path / "sentinel", extra=SAFE).start()
+    try:
+        yield group
+    finally:
+        group.stop()
+
+
+pytestmark = pytest.mark.real
+
+
+async def test_asks_answered_through_sentinel(sentinels: SentinelSet, procs: Procs) -> None:
+    """An answering replica, `askq sweeper` (its arq worker too) and `askq ask`, all
+    given only the sentinel URL, find the master and answer; one process's 40 asks at
+    once hold at most ASKQ_MAX_CONNECTIONS command connections + the reply waiter."""
+    await procs.worker(sentinels, "w1", "--group", "desk", "--mode", "answer")  # type: ignore[arg-type]
+    sweeper = await procs.sweeper(sentinels, "sweeper")  # type: ignore[arg-type]
+    asked = procs.ask(sentinels, "cli", "--agent", "a", "--turn", "t")  # type: ignore[arg-type]
+    assert await asked.exited(30) == 0, asked.err()
+    assert json.loads(asked.out())["answers"][0]["selected"] == ["Yes, delete them (Recommended)"]
+
+    async with Seam(settings=settings(sentinels, max_connections=3)) as seam:  # type: ignore[arg-type]
+        asks = [seam.ask(_seed(), Caller(agent_id=f"a{i}", turn_id=f"t{i}")) for i in range(40)]
+        done = await asyncio.wait_for(asyncio.gather(*asks), 30)
+        assert len(done) == 40
+        clients = await seam.redis.client_list()
+        mine = [c for c in clients if c["name"] == seam.client_name]
+        assert 1 <= len(mine) <= 3 + 1, mine
+        # arq's worker in the sweeper reached the master through the sentinels too:
+        # its health-check key is written at its start.
+        queue = seam.keys.base + ":arq:sweeper"
+        assert await eventually(lambda: seam.redis.exists(queue + ":health-check"), 10)
+    assert sweeper.alive(), sweeper.err()
+
+
+def _seed() -> dict[str, object]:
+    from conftest import SEED
+
+    return dict(SEED)
+
+
+async def _failover_under_load(
+    sentinels: SentinelSet, procs: Procs, fault: str, n: int = 150
+) -> None:
+    workers = [
+        await procs.worker(  # type: ignore[arg-type]
+            sentinels, f"w{i}", "--group", "humans", "--mode", "answer", "--delay", "2",
+            consumer_ttl=30.0,
+        )
+        for i in (1, 2)
+    ]  # fmt: skip
+    await procs.sweeper(sentinels, "sweeper", consumer_ttl=30.0)  # type: ignore[arg-type]
+    caller = procs.start(
+        "caller",
+        [*FAULT_CALLER, "-n", str(n), "--spread", "4", "--key-prefix", "load"],
+        environ(sentinels, consumer_ttl=30.0),  # type: ignore[arg-type]
+    )
+    await eventually(
+        lambda: sum(len(presented(w)) for w in workers) >= n // 3, 30, "load in flight"
+    )
+    started = time.monotonic()
+    old = sentinels.failover() if fault == "failover" else sentinels.kill_master()
+    new = await asyncio.to_thread(sentinels.wait_master_moved, old)
+    moved = time.monotonic()
+    if fault == "kill":
+        # A supervisor restarts the killed node; the sentinels make it a replica of the
+        # new master, which then has a replica in sync again and takes writes.
+        sentinels.restart(old)
+
+    code = await caller.exited(120)  # hung asks: the caller would not exit
+    outcomes = [json.loads(line) for line in caller.out().splitlines()]
+    by_outcome = Counter(o["outcome"] for o in outcomes)
+    missing = n - len({o["i"] for o in outcomes})
+    async with Seam(settings=settings(sentinels)) as seam:  # type: ignore[arg-type]
+        found = [await seam.idempotent_request(o["key"]) for o in outcomes]
+        ids = [request_id for request_id in found if request_id is not None]
+        events = await events_by_request(seam)
+        twice = sum(settlements(events, i) > 1 for i in ids)
+        unsettled = sum(settlements(events, i) == 0 for i in ids)
+        answered_twice = max(
+            Counter(line[1] for w in workers for line in w.lines("answered")).values()
+        )
+    lost = missing + (n - len(ids)) + sum(v for k, v in by_outcome.items() if k != "ANSWERED")
+    # asks pending when the master was failed, and asks made while it moved
+    across = [o for o in outcomes if o["started"] < started < o["ended"]]
+    during = [o for o in outcomes if started <= o["started"] <= moved]
+    print(
+        f"sentinel {fault}: master {old} -> {new} in {moved - started:.2f} s;"
+        f" {n} asks: {dict(by_outcome)}; pending at the fault {len(across)},"
+        f" asked while it moved {len(during)},"
+        f" re-asked {sum(o['retries'] > 0 for o in outcomes)};"
+        f" lost {lost}, settled twice {twice}, unsettled {unsettled}, hung {missing}"
+    )
+    assert code == 0, caller.err()[-3000:]
+    assert missing == 0  # none hung
+    assert by_outcome == Counter({"ANSWERED": n})  # none lost, none failed
+    assert len(ids) == n and twice == 0 and unsettled == 0
+    assert answered_twice == 1
+    assert across, "no ask was in flight across the failover"
+
+
+async def test_sentinel_failover_under_load(sentinels: SentinelSet, procs: Procs) -> None:
+    """SENTINEL FAILOVER with 150 asks in flight (a caller process, two answering
+    replicas, a sweeper): every ask answered once; none lost, settled twice or hung."""
+    await _failover_under_load(sentinels, procs, "failover")
+
+
+async def test_sentinel_master_killed_under_load(sentinels: SentinelSet, procs: Procs) -> None:
+    """The master SIGKILLed with 150 asks in flight: the sentinels promote the replica
+    (after down-after-milliseconds); the killed node, restarted, rejoins as a replica.
+    Every ask answered once; none lost, settled twice or hung."""
+    await _failover_under_load(sentinels, procs, "kill")

@@ -1,0 +1,217 @@
+"""Redis Sentinel: `ASKQ_REDIS_URL=redis+sentinel://[user:pass@]host:port[,host:port...]/service[/db]`.
+
+The sentinels (port 26379 when none is given) tell where the master of `service` is;
+askq connects to that master with the URL's credentials and database (the sentinels
+themselves are asked without credentials). Every askq connection rule holds as it does
+on a plain Redis (worker/_connections.py):
+
+- one bounded command pool per process, which WAITS when every connection is busy:
+  redis-py's `SentinelConnectionPool` raises "Too many connections" instead, so the
+  pool here is that pool over redis-py's `BlockingConnectionPool`;
+- one dedicated single-connection client per blocking loop;
+- commands packed by hiredis, and a failure to connect (no master known, the master
+  refusing) is `NotConnected`: the command was not sent;
+- a master demoted under a connection (`READONLY`, which redis-py's sentinel
+  connection already turns into a connection error and a reconnect) or refusing writes
+  for want of replicas (`NOREPLICAS`, with `min-replicas-to-write`) is a connection
+  error that came after the command was sent: whether it ran is unknown to askq, so an
+  ask is sent again as a repeat of itself until the new master answers, exactly as
+  after a lost reply.
+
+A connection learns the master's address when it connects, so a failover reaches each
+connection when its old master drops it (Sentinel kills the demoted master's clients)
+or refuses it a write. arq gets the same sentinels through its own `RedisSettings`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.exceptions import BusyLoadingError, ReadOnlyError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from ._errors import AskError, ErrorCode
+from ._settings import Settings
+
+SCHEME = "redis+sentinel"
+DEFAULT_SENTINEL_PORT = 26379
+
+# Replies of a master that a failover is moving: demoted (READONLY), without its
+# replicas (NOREPLICAS), or a new one still loading its data set. Nothing was written.
+_FAILOVER_REPLY = re.compile(r"(?:^|\(')(READONLY|NOREPLICAS|MASTERDOWN|LOADING) ")
+
+
+def is_sentinel_url(url: str) -> bool:
+    return url.lower().startswith(SCHEME + "://")
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """What a `redis+sentinel://` URL names."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+
+
+def parse_sentinel_url(url: str) -> SentinelTarget:
+    """The sentinels, service and database of the URL, or CONFIG_ERROR naming what is
+    wrong (the password never shown)."""
+    from ._connections import redacted
+
+    def bad(what: str) -> AskError:
+        return AskError(ErrorCode.CONFIG_ERROR, f"Redis URL {redacted(url)}: {what}")
+
+    if not is_sentinel_url(url):
+        raise bad(f"not a {SCHEME}:// URL")
+    rest = url[len(SCHEME) + 3 :]
+    if "?" in rest or "#" in rest:
+        raise bad("a Sentinel URL takes no query or fragment (service and database go in the path)")
+    netloc, _, path = rest.partition("/")
+    username = password = None
+    if "@" in netloc:
+        userinfo, _, netloc = netloc.rpartition("@")
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None if colon else None
+        password = unquote(secret if colon else user) or None
+    sentinels: list[tuple[str, int]] = []
+    for node in netloc.split(","):
+        host, colon, port = node.strip().rpartition(":") if ":" in node else (node, "", "")
+        host = host.strip("[]") or ""
+        if not host:
+            raise bad(f"sentinel {node!r} has no host (host:port, comma-separated)")
+        if colon and not port.isdigit():
+            raise bad(f"sentinel {node!r}: port {port!r} is not a number")
+        sentinels.append((host, int(port) if colon else DEFAULT_SENTINEL_PORT))
+    parts = [unquote(p) for p in path.split("/") if p]
+    if not parts:
+        raise bad("no service name: redis+sentinel://host:port[,host:port...]/SERVICE[/DB]")
+    if len(parts) > 2:
+        raise bad("the path is /SERVICE or /SERVICE/DB")
+    if len(parts) == 2 and not parts[1].isdigit():
+        raise bad(f"database {parts[1]!r} is not a number (0, 1, ...)")
+    return SentinelTarget(
+        sentinels=tuple(sentinels),
+        service=parts[0],
+        db=int(parts[1]) if len(parts) == 2 else 0,
+        username=username,
+        password=password,
+    )
+
+
+def failover_reply(exc: BaseException) -> bool:
+    """A Redis error reply (also one redis-py annotated inside a pipeline's error) that
+    says the master is moving, not that the command was wrong: whoever runs the command
+    reconnects and tries again, as after a lost connection."""
+    if isinstance(exc, ReadOnlyError | BusyLoadingError):  # redis-py strips their code
+        return True
+    return isinstance(exc, ResponseError) and bool(_FAILOVER_REPLY.search(str(exc)))
+
+
+class _SentinelMaster(SentinelManagedConnection):
+    """A master connection that treats `NOREPLICAS` as the failover it is: the master
+    refused the write because its replicas are gone or lagging (`min-replicas-to-write`),
+    so nothing was written, and the next connection asks the sentinels again."""
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)
+        except ResponseError as exc:
+            if not str(exc).startswith("NOREPLICAS"):
+                raise
+            await self.disconnect()
+            raise RedisConnectionError(f"the master refused the write: {exc}") from exc
+
+
+class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """redis-py's sentinel pool, bounded and waiting when every connection is busy
+    (its `get_connection` is the blocking pool's; connecting asks the sentinels).
+    Closing it closes its sentinel connections too."""
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        # get_master_address disconnects the idle connections (inuse_connections=False)
+        # when the master moved; only a full close (the client's) drops the sentinels.
+        if inuse_connections:
+            for sentinel in self.sentinel_manager.sentinels:
+                await sentinel.aclose(close_connection_pool=True)
+
+
+def _manager(target: SentinelTarget, settings: Settings) -> Sentinel:
+    timeouts = {
+        "socket_timeout": settings.socket_timeout,
+        "socket_connect_timeout": settings.socket_timeout,
+    }
+    return Sentinel(list(target.sentinels), sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
+
+
+def sentinel_client(
+    settings: Settings, name: str | None, *, max_connections: int, socket_timeout: float
+) -> Redis:
+    """A client of the service's master through the URL's sentinels: at most
+    `max_connections` connections, waiting for one when all are busy."""
+    from ._connections import _with_hiredis_packing
+
+    target = parse_sentinel_url(settings.redis_url)
+    kwargs: dict[str, Any] = {
+        "db": target.db,
+        "username": target.username,
+        "password": target.password,
+        "decode_responses": True,
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": settings.socket_timeout,
+        "retry_on_timeout": False,
+    }
+    if name:
+        kwargs["client_name"] = name
+    pool = BlockingSentinelPool(  # type: ignore[no-untyped-call]
+        target.service,
+        _manager(target, settings),
+        connection_class=_with_hiredis_packing(_SentinelMaster),
+        max_connections=max_connections,
+        timeout=None,
+        **kwargs,
+    )
+    return Redis(connection_pool=pool)
+
+
+def sync_sentinel_client(settings: Settings, name: str) -> Any:
+    """A synchronous client of the master (the metrics scrape's)."""
+    from redis.sentinel import Sentinel as SyncSentinel
+
+    target = parse_sentinel_url(settings.redis_url)
+    timeouts = {
+        "socket_timeout": settings.socket_timeout,
+        "socket_connect_timeout": settings.socket_timeout,
+    }
+    manager = SyncSentinel(list(target.sentinels), sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
+    return manager.master_for(  # type: ignore[no-untyped-call]
+        target.service,
+        db=target.db,
+        username=target.username,
+        password=target.password,
+        decode_responses=True,
+        client_name=name,
+    )
+
+
+def arq_redis_settings(url: str) -> Any:
+    """arq's RedisSettings for the same master, through arq's own Sentinel support."""
+    from arq.connections import RedisSettings
+
+    target = parse_sentinel_url(url)
+    return RedisSettings(
+        host=list(target.sentinels),
+        sentinel=True,
+        sentinel_master=target.service,
+        database=target.db,
+        username=target.username,
+        password=target.password,
+    )

@@ -40,7 +40,7 @@ from test_faults import (
 
 from askq import AskError, Caller, ErrorCode, Seam, Settings
 from askq._arq import redis_settings
-from askq._connections import check_redis_url, redacted
+from askq._connections import NotConnected, check_redis_url, command_client, redacted
 from askq._sentinel import parse_sentinel_url
 from bench._redis_server import redis_server_binary
 
@@ -87,6 +87,22 @@ def test_a_malformed_sentinel_url_is_a_config_error_naming_it(url: str, says: st
     assert "pw" not in err.value.message
 
 
+async def test_no_sentinel_answering_is_not_connected_and_redis_unavailable() -> None:
+    """Nothing listens where the URL's sentinels should be: the command was never
+    sent (NotConnected), and the seam says REDIS_UNAVAILABLE naming the URL, no
+    password."""
+    from bench._redis_server import free_port
+
+    url = f"redis+sentinel://u:pw@127.0.0.1:{free_port()},127.0.0.1:{free_port()}/svc/0"
+    seam = Seam(settings=Settings(redis_url=url, socket_timeout=1))
+    with pytest.raises(AskError) as err:
+        await seam.ping()
+    await seam.aclose()
+    assert err.value.code is ErrorCode.REDIS_UNAVAILABLE
+    assert isinstance(err.value.__cause__, NotConnected)
+    assert "No master found for 'svc'" in err.value.message and "pw" not in err.value.message
+
+
 # --- a Sentinel set on loopback --------------------------------------------------------
 
 
@@ -115,6 +131,14 @@ async def test_asks_answered_through_sentinel(sentinels: SentinelSet, procs: Pro
     asked = procs.ask(sentinels, "cli", "--agent", "a", "--turn", "t")  # type: ignore[arg-type]
     assert await asked.exited(30) == 0, asked.err()
     assert json.loads(asked.out())["answers"][0]["selected"] == ["Yes, delete them (Recommended)"]
+
+    # The command pool waits for a connection when all are busy (redis-py's sentinel
+    # pool would fail "Too many connections"): six slow commands on a pool of two.
+    pool_of_two = command_client(None, settings(sentinels, max_connections=2), "pool2")  # type: ignore[arg-type]
+    slow = [pool_of_two.blpop([f"nothing-{i}"], 0.3) for i in range(6)]
+    assert await asyncio.gather(*slow) == [None] * 6
+    assert len([c for c in await pool_of_two.client_list() if c["name"] == "pool2"]) == 2
+    await pool_of_two.aclose()
 
     async with Seam(settings=settings(sentinels, max_connections=3)) as seam:  # type: ignore[arg-type]
         asks = [seam.ask(_seed(), Caller(agent_id=f"a{i}", turn_id=f"t{i}")) for i in range(40)]

@@ -35,6 +35,7 @@ from ._cli_base import (
     run_cli,
     settings_for,
 )
+from ._cli_health import health
 from ._cli_inspect import audit, requests, show
 from ._cli_worker import worker
 from ._connections import redacted, redis_errors
@@ -404,6 +405,7 @@ main.add_command(group)
 main.add_command(show)
 main.add_command(requests)
 main.add_command(audit)
+main.add_command(health)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -137,6 +137,31 @@ def test_every_deployment_has_probes_and_a_grace_period_for_its_channel() -> Non
     assert grace["askq-worker-email"] == max(grace.values())
 
 
+def test_kubernetes_runs_what_compose_runs_with_the_same_probes() -> None:
+    """Each Deployment's args are its compose service's command (plus the pod's name as
+    the replica's), and its exec probes are the compose health check: the entry-point
+    test below, run on the compose commands, covers both."""
+
+    def ports_as_one(argv: list[str]) -> list[str]:
+        return ["METRICS" if a in ("9464", "9465") else a for a in argv]
+
+    services = compose()["services"]
+    for _, doc in manifests():
+        if doc["kind"] != "Deployment":
+            continue
+        (container,) = doc["spec"]["template"]["spec"]["containers"]
+        args = list(container["args"])
+        if "--consumer" in args:
+            at = args.index("--consumer")
+            assert args[at + 1] == "$(POD_NAME)"
+            del args[at : at + 2]
+        service = services[doc["metadata"]["name"].removeprefix("askq-")]
+        assert ports_as_one(args) == ports_as_one(service["command"]), doc["metadata"]["name"]
+        probe = container["livenessProbe"]
+        if "exec" in probe:
+            assert probe["exec"]["command"] == service["healthcheck"]["test"][1:]
+
+
 def test_kustomizations_list_every_manifest_of_their_folder() -> None:
     for kustomization in (DEPLOY / "kubernetes").rglob("kustomization.yaml"):
         folder = kustomization.parent

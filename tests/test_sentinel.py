@@ -41,6 +41,7 @@ from test_faults import (
 from askq import AskError, Caller, ErrorCode, Seam, Settings
 from askq._arq import redis_settings
 from askq._connections import NotConnected, check_redis_url, command_client, redacted
+from askq._metrics import RedisCollector
 from askq._sentinel import parse_sentinel_url
 from bench._redis_server import redis_server_binary
 
@@ -54,9 +55,11 @@ SAFE = ("min-replicas-to-write 1", "min-replicas-max-lag 10")
 
 def test_sentinel_url_names_sentinels_service_database_and_credentials() -> None:
     target = parse_sentinel_url(
-        "redis+sentinel://al%40ice:s3cr%2Ft@10.0.0.1:5000,sent-b,[::1]:26380/prod/3"
+        "redis+sentinel://al%40ice:s3cr%2Ft@10.0.0.1:5000,sent-b,[::1]:26380,[::2]/prod/3"
     )
-    assert target.sentinels == (("10.0.0.1", 5000), ("sent-b", 26379), ("::1", 26380))
+    assert target.sentinels == (
+        ("10.0.0.1", 5000), ("sent-b", 26379), ("::1", 26380), ("::2", 26379)
+    )  # fmt: skip
     assert (target.service, target.db) == ("prod", 3)
     assert (target.username, target.password) == ("al@ice", "s3cr/t")
     bare = parse_sentinel_url("redis+sentinel://secret@h:1/svc")
@@ -153,6 +156,9 @@ async def test_asks_answered_through_sentinel(sentinels: SentinelSet, procs: Pro
         queue = seam.keys.base + ":arq:sweeper"
         assert await eventually(lambda: seam.redis.exists(queue + ":health-check"), 10)
     assert sweeper.alive(), sweeper.err()
+    # the metrics scrape's own (synchronous) client finds the master too
+    collected = list(RedisCollector(settings(sentinels)).collect())  # type: ignore[arg-type]
+    assert collected[0].name == "askq_redis_up" and collected[0].samples[0].value == 1
 
 
 def _seed() -> dict[str, object]:

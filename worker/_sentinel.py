@@ -83,13 +83,16 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
         password = unquote(secret if colon else user) or None
     sentinels: list[tuple[str, int]] = []
     for node in netloc.split(","):
-        host, colon, port = node.strip().rpartition(":") if ":" in node else (node, "", "")
-        host = host.strip("[]") or ""
+        node = node.strip()
+        host, port = node, ""
+        if ":" in node and not node.endswith("]"):  # host:port, [v6]:port; not [v6]
+            host, _, port = node.rpartition(":")
+            if not port.isdigit():
+                raise bad(f"sentinel {node!r}: port {port!r} is not a number")
+        host = host.strip("[]")
         if not host:
             raise bad(f"sentinel {node!r} has no host (host:port, comma-separated)")
-        if colon and not port.isdigit():
-            raise bad(f"sentinel {node!r}: port {port!r} is not a number")
-        sentinels.append((host, int(port) if colon else DEFAULT_SENTINEL_PORT))
+        sentinels.append((host, int(port) if port else DEFAULT_SENTINEL_PORT))
     parts = [unquote(p) for p in path.split("/") if p]
     if not parts:
         raise bad("no service name: redis+sentinel://host:port[,host:port...]/SERVICE[/DB]")

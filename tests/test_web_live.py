@@ -124,7 +124,7 @@ async def test_a_reminder_highlights_and_a_cancel_leaves(backend: Backend, seam:
             assert 'class="item reminded"' in page.text
             await seam.abort_turn(CALLER.turn_id)
             gone = await events.until("gone")
-            assert gone == {"id": offer["id"], "reason": "cancelled (turn aborted)"}
+            assert gone == {"id": offer["id"], "reason": "cancelled: the turn was aborted"}
             with pytest.raises(AskError):
                 await ask
 

@@ -327,10 +327,15 @@ class InboxPages:
         return {
             "groups": status.groups,
             "replicas": sum(g.live_consumers for g in status.groups),
-            "pending_total": len(status.requests),
+            "pending_total": status.pending_total,
+            "pending_by_state": status.pending_by_state,
+            "pending_by_tier": status.pending_by_tier,
             "pending": sorted(
                 pending.items(), key=lambda kv: (kv[0][1] is None, kv[0][1], kv[0][0])
             ),
+            "sweepers": status.sweepers,
+            "failed_sends": status.failed_sends,
+            "failed_total": status.failed_sends_total,
             "settlements": await self.inbox.recent_settlements(),
             "open_streams": self.hub.open_streams,
             "group": self.group.name,

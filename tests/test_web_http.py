@@ -160,6 +160,9 @@ async def test_trusted_proxy_identity(seam: Seam) -> None:
             assert page.status_code == 200 and "dana@example.com" in page.text
         async with client_for(web, host="192.0.2.9") as direct:  # not the proxy: ignored
             assert (await direct.get("/", headers=headers)).status_code == 303
+            page = await direct.get("/signin")
+            assert "Sign in through your organisation" in page.text
+            assert 'name="token"' not in page.text  # no token sign-in configured
         async with client_for(web, host="10.1.2.3") as proxied:  # not a user name: ignored
             bad = {"X-Forwarded-Email": "<script>@x"}
             assert (await proxied.get("/", headers=bad)).status_code == 303

@@ -19,7 +19,7 @@ import aiohttp
 import dkim
 import httpx
 import pytest
-from conftest import SEED, YES_JSON, Backend, running
+from conftest import SEED, YES_JSON, Backend, running, sweeping
 from email_standin import (
     ALICE,
     BOB,
@@ -434,6 +434,25 @@ async def test_a_reminder_is_a_reply_in_the_thread(
         assert reminder.text().count("Reminder: this question is still waiting") == 1
         await submit(port(email), reply_to(reminder, "1"))
         assert await answered(task) == YES_JSON
+
+
+async def test_the_groups_reminder_arrives_in_the_thread(
+    backend: Backend, seam: Seam, sink: SmtpSink
+) -> None:
+    """The sweeper's reminder timer (`--remind-after`) reaches the email group, which
+    mails each recipient the question again as a reply in its thread."""
+    async with backend.seam() as worker_seam, sweeping(backend):
+        answerer = EmailAnswerer(settings=email_settings(sink))
+        async with running(worker_seam, answerer, "email", 0, remind_after=0.5):
+            task = asking(seam, SEED, ACME)
+            questions = {q.rcpt_tos[0]: q for q in await sink.wait(2)}
+            reminders = {r.rcpt_tos[0]: r for r in (await sink.wait(4, timeout=15))[2:]}
+            assert set(reminders) == {ALICE, BOB}
+            for who, reminder in reminders.items():
+                assert reminder.header("In-Reply-To") == questions[who].header("Message-ID")
+                assert "Reminder: this question is still waiting" in reminder.text()
+            await submit(port(answerer), reply_to(reminders[BOB], "2"), mail_from=BOB)
+            assert await answered(task) == NO_JSON
 
 
 async def test_no_route_declines(backend: Backend, seam: Seam, sink: SmtpSink) -> None:

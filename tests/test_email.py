@@ -664,12 +664,16 @@ async def test_with_dkim_required_only_a_signed_reply_counts(
     def txt(name: bytes, timeout: float = 5) -> bytes | None:  # the local DNS stand-in
         return dns.get(name)
 
-    async with email_worker(backend, sink, require_dkim=True, dkim=dkim_check(txt)) as email:
+    async with email_worker(
+        backend, sink, require_dkim=True, dkim=dkim_check(txt), inbound_secret=INBOUND
+    ) as email:
         task = asking(seam, SEED)
         (question,) = await sink.wait(1)
         reply = reply_to(question, "1")
         to = [str(reply["To"])]
         assert await refused(email, reply) == 550  # unsigned
+        status, body = await post(email, reply.as_bytes(policy=policy.SMTP))
+        assert (status, body["outcome"]) == (200, "refused")  # at the HTTP endpoint too
         assert await refused(email, signed(reply, key, "evil.example"), rcpt_to=to) == 550
         tampered = signed(reply, key, "acme.example").replace(b"\r\n1\r\n", b"\r\n2\r\n", 1)
         assert await refused(email, tampered, rcpt_to=to) == 550

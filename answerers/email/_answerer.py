@@ -28,9 +28,9 @@ from askq import (
 
 from ._config import EmailConfig, EmailSettings
 from ._http import HttpEndpoint
-from ._inbox import Inbox, Received, give_back_if_undeliverable
+from ._inbox import Inbox, Received, Verdict, give_back_if_undeliverable
 from ._listener import DkimCheck, ReplyHandler, SmtpListener
-from ._mime import Inbound
+from ._mime import parse
 from ._outbox import Outbox
 from ._smtp_out import Mailer
 from ._state import FAILED, SENT, EmailStore
@@ -62,8 +62,8 @@ class EmailAnswerer(Answerer[EmailOptions]):
         dkim: DkimCheck | None = None,
     ) -> None:
         """`settings`: the ASKQ_EMAIL_* settings (default: read from the environment at
-        start-up). `dkim`: the listener's DKIM check (default: dkimpy with the system's
-        DNS, when ASKQ_EMAIL_REQUIRE_DKIM is on)."""
+        start-up). `dkim`: the DKIM check of inbound mail when ASKQ_EMAIL_REQUIRE_DKIM is
+        on (default: dkimpy with the system's DNS)."""
         super().__init__(options)
         self._settings = settings
         self._dkim = dkim
@@ -85,13 +85,12 @@ class EmailAnswerer(Answerer[EmailOptions]):
             group, self.store, self.config.addresses, self.config.routes, self._queue_note
         )
         try:
-            if self.config.listen:
-                dkim = self._dkim
-                if dkim is None and self.config.require_dkim:
-                    from ._dkim import dkim_check
+            if self._dkim is None and self.config.require_dkim:
+                from ._dkim import dkim_check
 
-                    dkim = dkim_check()
-                handler = ReplyHandler(self.config.addresses, self.receive, dkim)
+                self._dkim = dkim_check()
+            if self.config.listen:
+                handler = ReplyHandler(self.config.addresses, self.receive)
                 self.listener = SmtpListener(
                     handler,
                     self.config.listen_host,
@@ -140,9 +139,18 @@ class EmailAnswerer(Answerer[EmailOptions]):
             static=True,
         )
 
-    async def receive(self, inbound: Inbound) -> Received:
-        """Handle one inbound message (a reply, a bounce, an automatic reply)."""
-        return await self.inbox.receive(inbound)
+    async def receive(
+        self, raw: bytes, mail_from: str | None = None, rcpt_tos: tuple[str, ...] = ()
+    ) -> Received:
+        """Handle one inbound message (a reply, a bounce, an automatic reply), as the
+        SMTP listener or the HTTP endpoint got it. With ASKQ_EMAIL_REQUIRE_DKIM, one
+        without a valid DKIM signature of its From domain is refused first."""
+        if self.config.require_dkim and self._dkim is not None:
+            why = await self._dkim(raw)
+            if why is not None:
+                log.warning("inbound mail from %s refused: %s", visible(mail_from or "?"), why)
+                return Received(Verdict.REFUSED, why)
+        return await self.inbox.receive(parse(raw, mail_from=mail_from, rcpt_tos=rcpt_tos))
 
     # --- the runtime's side ------------------------------------------------------------
 

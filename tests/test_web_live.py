@@ -17,7 +17,7 @@ from test_web_http import CALLER, CONFIRM, NAME
 from web_helpers import csrf_of, web_replica
 from web_helpers import signed_in_over_http as signed_in
 
-from askq import AskError, Seam
+from askq import AskError, ErrorCode, Seam
 from askq.answerers.memory import MemoryAnswerer
 
 
@@ -152,3 +152,12 @@ async def test_streams_respect_allowlists_and_filters(seam: Seam) -> None:
                     await bob_events.until("offer", timeout=0.5)
                 for task in (secret, public):
                     task.cancel()
+
+
+async def test_a_port_in_use_is_a_config_error(seam: Seam) -> None:
+    async with web_replica(seam, serve=True) as (_, web):
+        with pytest.raises(AskError) as caught:
+            async with web_replica(seam, serve=True, port=web.port):
+                pass
+        assert caught.value.code is ErrorCode.CONFIG_ERROR
+        assert f"cannot listen on 127.0.0.1:{web.port}" in caught.value.message

@@ -1,0 +1,1 @@
+"""Agent integrations, each an optional extra (see docs/integrations.md)."""

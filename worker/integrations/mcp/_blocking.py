@@ -1,0 +1,153 @@
+"""`ask_user_question` as one blocking MCP call: it waits until the question settles,
+sending progress while it waits, and survives a dropped stream.
+
+The ask runs in a task of its own, outside the call's cancel scope, so the call and
+the question can end apart:
+
+- the client cancels (`notifications/cancelled`): the question is withdrawn at once;
+- the stream drops or the session ends (2026-era HTTP: closing the response stream is
+  the cancellation): the question is withdrawn after `reattach_grace`, unless a call
+  re-issued meanwhile (a new JSON-RPC id, on any replica) attached to it;
+- a re-issued call finds the same request through askq's idempotency key: a digest of
+  the agent, the conversation (turn or session) and the arguments, plus the id of the
+  last request those settled as (kept in Redis), so the same question asked again
+  after it was answered is a new question, not the old answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from askq import AskError, AskUserQuestionTool, ChannelStore, ToolResult
+
+from ._identity import Who
+from ._settings import McpSettings
+
+log = logging.getLogger("askq.mcp")
+
+
+class BlockingCalls:
+    def __init__(
+        self, tool: AskUserQuestionTool, store: ChannelStore, settings: McpSettings
+    ) -> None:
+        self.tool = tool
+        self.store = store
+        self.settings = settings
+        self._asks: set[asyncio.Task[ToolResult]] = set()
+        # dropped calls' asks -> (their withdrawal timer, key, the call's token)
+        self._grace: dict[asyncio.Task[ToolResult], tuple[asyncio.TimerHandle, str, str]] = {}
+        self._reattached: set[asyncio.Task[ToolResult]] = set()
+        self._background: set[asyncio.Future[Any]] = set()
+
+    async def _key(self, who: Who, args: Any) -> tuple[str, str | None]:
+        """The idempotency key of this call, and the generation record it moves on."""
+        if who.tool_call_id is not None:  # the client's own id for the call: stable
+            digest = hashlib.sha256(f"{who.caller.agent_id}|{who.tool_call_id}".encode())
+            return f"mcp-call:{digest.hexdigest()[:40]}", None
+        base = who.reattach_base(args)
+        (after,) = await self.store.fields(f"gen:{base}", "after")
+        return f"mcp:{base}:{after or '-'}", base
+
+    async def call(
+        self,
+        who: Who,
+        args: Any,
+        report: Callable[[int], Awaitable[None]],
+        cancel_requested: Callable[[], bool],
+    ) -> ToolResult:
+        """Ask and wait. `report(n)`: send progress n (1, 2, ...); `cancel_requested()`:
+        whether the client cancelled the call explicitly (else it was dropped)."""
+        try:
+            key, base = await self._key(who, args)
+            token = uuid.uuid4().hex
+            await self.store.set_fields(f"att:{key}", {"by": token})
+        except AskError as exc:
+            return ToolResult(content=str(exc), is_error=True, code=exc.code)
+        task = asyncio.ensure_future(self._ask(args, who, key, base))
+        self._asks.add(task)
+        task.add_done_callback(self._asks.discard)
+        try:
+            sent = 0
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.settings.progress_interval)
+                if done:
+                    return task.result()
+                sent += 1
+                try:
+                    await report(sent)
+                except Exception:  # noqa: BLE001 - a stream that cannot take it: keep waiting
+                    log.debug("progress %d not sent", sent, exc_info=True)
+        except asyncio.CancelledError:
+            if cancel_requested():
+                task.cancel()  # withdrawn everywhere (the answerers retract)
+            else:
+                self._withdraw_later(task, key, token)
+            raise
+
+    async def _ask(self, args: Any, who: Who, key: str, base: str | None) -> ToolResult:
+        try:
+            return await self.tool.execute(args, who.caller, tool_call_id=key)
+        finally:
+            if base is not None:
+                await self._settled(key, base)
+
+    async def _settled(self, key: str, base: str) -> None:
+        """The request under `key` settled: the same arguments ask anew from now on. (An
+        ask can also end while its request waits on: a re-issued call took it over.)"""
+        seam = self.tool.seam
+        try:
+            request_id = await seam.idempotent_request(key)
+            if request_id is not None and await seam.settlement(request_id) is not None:
+                await self.store.set_fields(f"gen:{base}", {"after": request_id})
+        except AskError as exc:
+            log.warning("could not record the settlement of %s: %s", key, exc)
+
+    # --- dropped calls -------------------------------------------------------------------
+
+    def _withdraw_later(self, task: asyncio.Task[ToolResult], key: str, token: str) -> None:
+        if task.done():
+            return
+        handle = asyncio.get_running_loop().call_later(
+            self.settings.reattach_grace,
+            lambda: self._spawn(self._withdraw_unless_reattached(task)),
+        )
+        self._grace[task] = (handle, key, token)
+
+    async def _withdraw_unless_reattached(self, task: asyncio.Task[ToolResult]) -> None:
+        dropped = self._grace.pop(task, None)
+        if dropped is None or task.done():
+            return
+        handle, key, token = dropped
+        handle.cancel()
+        try:
+            (latest,) = await self.store.fields(f"att:{key}", "by")
+        except AskError:
+            latest = None  # cannot tell: withdraw, as a dropped call asks
+        if latest in (None, token):
+            task.cancel()
+        else:  # a re-issued call waits on the same request; this task ends with it
+            self._reattached.add(task)
+            task.add_done_callback(self._reattached.discard)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        future = asyncio.ensure_future(coro)
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
+
+    async def aclose(self) -> None:
+        """The server stops: dropped calls are decided now (withdrawn unless a re-issued
+        call took them over), and asks still waiting are withdrawn."""
+        for task in list(self._grace):
+            self._spawn(self._withdraw_unless_reattached(task))
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        waiting = self._asks - self._reattached  # a re-issued call's ask ends with the seam
+        for task in waiting:
+            task.cancel()
+        if waiting:
+            await asyncio.gather(*waiting, return_exceptions=True)

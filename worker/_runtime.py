@@ -96,12 +96,12 @@ def _is_answer_at_once(value: Any) -> bool:
     return isinstance(value[1], str) and bool(value[1])
 
 
-class _CountedAnswering:
+class _CountedAnswering(Answering):
     """The group's answers and releases (from any replica, through its GroupHandle)
-    counted and logged as the group's outcomes."""
+    counted, logged and traced as the group's outcomes."""
 
     def __init__(self, answering: Answering, runtime: AnswererRuntime) -> None:
-        self._answering = answering
+        super().__init__(answering.scripts, answering.requests)
         self._runtime = runtime
 
     async def answer(
@@ -112,12 +112,12 @@ class _CountedAnswering:
             with contextlib.suppress(AskError):  # cached for offers read here
                 trace = (await self._runtime.seam.requests.request(request_id)).trace
         with _tracing.joined("askq.answer", trace, request_id=request_id, group=group, by=by):
-            valid = await self._answering.answer(request_id, group, answers, by=by, tier=tier)
+            valid = await super().answer(request_id, group, answers, by=by, tier=tier)
         await self._runtime.settled_here(request_id, "answered", by)
         return valid
 
     async def release(self, request_id: str, group: str) -> bool:
-        released = await self._answering.release(request_id, group)
+        released = await super().release(request_id, group)
         if released:
             await self._runtime.settled_here(request_id, "released", "")
         return released
@@ -181,7 +181,7 @@ class AnswererRuntime:
         )
         self._handle = GroupHandle(
             group,
-            answering=_CountedAnswering(seam.answering, self),  # type: ignore[arg-type]
+            answering=_CountedAnswering(seam.answering, self),
             requests=seam.requests,
             store=ChannelStore(seam.redis, seam.keys.base, answerer.kind, settings),
             priority=self.priority,
@@ -523,6 +523,8 @@ class AnswererRuntime:
         _metrics.recorder.decided(self.group, decision, seconds)
         if decision == "declined":
             _metrics.recorder.passed_on(self.group, self.priority, "declined")
+        if not log.isEnabledFor(logging.INFO):
+            return
         log.info(
             "%s %s %s (tier %d, %.1f ms)",
             self.group,
@@ -548,6 +550,8 @@ class AnswererRuntime:
         _metrics.recorder.settled(self.group, outcome, seconds)
         if outcome in ("released", "escalated"):
             _metrics.recorder.passed_on(self.group, self.priority, outcome)
+        if not log.isEnabledFor(logging.INFO):
+            return
         log.info(
             "%s: %s %s%s after %.1f s",
             self.group,

@@ -480,6 +480,24 @@ async def test_answered_elsewhere_sends_a_note_when_asked_to(
         assert note.header("In-Reply-To") == question.header("Message-ID")
 
 
+async def test_a_withdrawn_question_sends_a_note_when_asked_to(
+    backend: Backend, seam: Seam, sink: SmtpSink
+) -> None:
+    async with email_worker(backend, sink, notify_elsewhere=True):
+        signal = asyncio.Event()
+        task = asyncio.create_task(seam.ask(SEED, CALLER, scope=SOLO, signal=signal))
+        (question,) = await sink.wait(1)
+        signal.set()
+        with pytest.raises(AskError):
+            await asyncio.wait_for(task, 10)
+        note = (await sink.wait(2))[1]
+        assert (
+            "This question was withdrawn (the caller withdrew the question): no answer is needed."
+            in note.text()
+        )
+        assert note.header("In-Reply-To") == question.header("Message-ID")
+
+
 # --- agent text is data ----------------------------------------------------------------
 
 HOSTILE: dict[str, Any] = {
@@ -793,13 +811,14 @@ async def test_a_reply_to_a_withdrawn_question_is_told_so(
         signal = asyncio.Event()
         task = asyncio.create_task(seam.ask(SEED, CALLER, scope=SOLO, signal=signal))
         (question,) = await sink.wait(1)
-        signal.set()  # the agent's turn is aborted
+        signal.set()  # the agent withdraws it (its turn's signal)
         with pytest.raises(AskError):
             await asyncio.wait_for(task, 10)
         await submit(port(email), reply_to(question, "1"))
         told = (await sink.wait(2))[1]
         assert (
-            "This question was withdrawn (cancelled): your reply was not recorded." in told.text()
+            "This question was cancelled (the caller withdrew the question):"
+            " your reply was not recorded." in told.text()
         )
         settlement = await seam.settlement(request_id_of(question))
         assert settlement is not None and settlement.state == "CANCELLED"

@@ -174,11 +174,11 @@ class EmailAnswerer(Answerer[EmailOptions]):
         )
         if not self.config.notify_elsewhere or state == "FAILED":
             return
-        line = (
-            f"This question was answered elsewhere by {visible(retraction.by or 'someone')}."
-            if state == "ANSWERED"
-            else "This question was withdrawn: no answer is needed any more."
-        )
+        why = retraction.why_cancelled
+        if state == "ANSWERED":
+            line = f"This question was answered elsewhere by {visible(retraction.by or 'someone')}."
+        else:
+            line = f"This question was withdrawn{f' ({why})' if why else ''}: no answer is needed."
         deliveries = await self.store.deliveries(retraction.request_id)
         answerer = (retraction.by or "").removeprefix("email:")
         for recipient, status in deliveries.items():

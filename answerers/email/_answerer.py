@@ -44,6 +44,11 @@ class EmailOptions(AnswererOptions):
 
 
 class EmailAnswerer(Answerer[EmailOptions]):
+    """People answer by email: a question mail per recipient, answered by a reply or a
+    signed link (configured by the ASKQ_EMAIL_* settings; README, "Email").
+
+    Replies arrive at the SMTP listener or the raw-MIME HTTP endpoint of any replica."""
+
     kind = "email"
     Options = EmailOptions
     uses_sends = True  # questions, reminders and feedback are retried sends

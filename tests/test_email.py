@@ -436,6 +436,19 @@ async def test_a_reminder_is_a_reply_in_the_thread(
         assert await answered(task) == YES_JSON
 
 
+async def test_a_reminder_that_fails_for_a_while_is_retried(
+    backend: Backend, seam: Seam, sink: SmtpSink
+) -> None:
+    async with email_worker(backend, sink) as email:
+        task = asking(seam, SEED)
+        (question,) = await sink.wait(1)
+        sink.refuse_next("451 4.3.0 try later")
+        await email.group.send("send_reminder", request_id=request_id_of(question), recipient=ALICE)
+        reminder = (await sink.wait(2))[1]
+        assert reminder.header("In-Reply-To") == question.header("Message-ID")
+        task.cancel()
+
+
 async def test_the_groups_reminder_arrives_in_the_thread(
     backend: Backend, seam: Seam, sink: SmtpSink
 ) -> None:

@@ -133,18 +133,26 @@ class Outbox:
     async def reminder(self, request_id: str, recipient: str) -> None:
         """Remind one recipient, as a reply in the question's thread (at most once a
         minute, so a repeated job does not remind twice)."""
-        if not await self.group.store.once(
-            f"remind:{request_id}:{tag(recipient)}", REMINDER_GAP_SECONDS
-        ):
+        marker = f"remind:{request_id}:{tag(recipient)}"
+        if not await self.group.store.once(marker, REMINDER_GAP_SECONDS):
             return
+        try:
+            await self._reminder(request_id, recipient)
+        except BaseException:
+            await self.group.store.forget_once(marker)  # to be retried
+            raise
+
+    async def _reminder(self, request_id: str, recipient: str) -> None:
         request = await self._pending_request(request_id)
         if request is None:
             return
+        route = self.config.routes.match(request.scope)
+        allowed = route is not None and route.allows(recipient)
         first = self._question_id(request_id, recipient)
         message = compose.question_message(
             request,
             self._envelope(request_id, recipient, in_reply_to=first),
-            self._links(request_id, recipient),
+            self._links(request_id, recipient) if allowed else None,
             preface=["Reminder: this question is still waiting for your answer.", ""],
             in_thread=True,
         )

@@ -183,6 +183,14 @@ def test_only_well_formed_message_ids_thread() -> None:
     assert bad.message_id is None
 
 
+def test_an_smtp_reply_is_one_line_of_ascii() -> None:
+    from askq.answerers.email import Received, Verdict
+
+    reply = Received(Verdict.REFUSED, "this reply address was not sent to é@x\r\n250 OK").smtp_reply
+    assert reply == "550 5.7.1 this reply address was not sent to ?@x 250 OK"
+    assert Received(Verdict.RECORDED, "Yes").smtp_reply == "250 2.0.0 recorded"
+
+
 def test_a_non_standard_bounce_is_one_too() -> None:
     daemon = parse(mail("From: MAILER-DAEMON@mx.example\r\nSubject: failure"), mail_from="")
     report = bounce(daemon)

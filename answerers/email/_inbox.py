@@ -55,7 +55,8 @@ class Received:
 
     @property
     def smtp_reply(self) -> str:
-        detail = " ".join(self.detail.split())[:200]
+        # One line of ASCII: the detail may repeat a sender's address.
+        detail = " ".join(self.detail.split())[:200].encode("ascii", "replace").decode()
         if self.verdict is Verdict.REFUSED:
             return f"550 5.7.1 {detail or 'refused'}"
         return f"250 2.0.0 {self.verdict.value}"

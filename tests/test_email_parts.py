@@ -153,6 +153,10 @@ def test_html_quotes_are_dropped() -> None:
     assert html_text(markup).split() == ["1"]
     outlook = '<p>2</p><div id="appendonsend"></div><hr><div id="divRplyFwdMsg">From: askq</div>'
     assert html_text(outlook).split() == ["2"]
+    signed = '<div>1</div><div class="gmail_signature"><div>Alice | ACME 555-0100</div></div>'
+    assert html_text(signed).split() == ["1"]
+    apple = '<div>No, keep them</div><blockquote type="cite">##- Please type…</blockquote>'
+    assert html_text(apple).split() == ["No,", "keep", "them"]
 
 
 # --- classifying inbound mail ----------------------------------------------------------

@@ -78,11 +78,12 @@ async def email_worker(
     priority: int = 0,
     cls: type[EmailAnswerer] = EmailAnswerer,
     dkim: Any = None,
+    consumer: str | None = None,
     **extra: Any,
 ) -> AsyncIterator[EmailAnswerer]:
     async with backend.seam() as worker_seam:
         answerer = cls(settings=email_settings(sink, **extra), dkim=dkim)
-        async with running(worker_seam, answerer, "email", priority):
+        async with running(worker_seam, answerer, "email", priority, consumer=consumer):
             yield answerer
 
 
@@ -151,6 +152,25 @@ async def test_each_recipient_gets_an_address_of_their_own(
         assert by_recipient[ALICE].header("Reply-To") != by_recipient[BOB].header("Reply-To")
         assert by_recipient[ALICE].header("Message-ID") != by_recipient[BOB].header("Message-ID")
         await submit(port(email), reply_to(by_recipient[BOB], "no, keep them"), mail_from=BOB)
+        assert await answered(task) == NO_JSON
+
+
+async def test_a_reply_at_another_replica_answers(
+    backend: Backend, seam: Seam, sink: SmtpSink
+) -> None:
+    """Replicas share nothing but Redis: the one whose listener gets the reply need not
+    be the one that mailed the question."""
+    async with (
+        email_worker(backend, sink, consumer="one") as one,
+        email_worker(backend, sink, consumer="two") as two,
+    ):
+        task = asking(seam, SEED, ACME)
+        questions = {q.rcpt_tos[0]: q for q in await sink.wait(2)}
+        await sink.settle(0.3)
+        assert len(sink.sent) == 2  # each recipient mailed once, by one replica or the other
+        await submit(port(one), reply_to(questions[ALICE], "7"))  # unreadable, told at one
+        told = (await sink.wait(3))[2]
+        await submit(port(two), reply_to(told, "2"))  # the corrected reply, at two
         assert await answered(task) == NO_JSON
 
 

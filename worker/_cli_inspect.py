@@ -134,8 +134,11 @@ def requests(
     # The id is what an operator acts on (`askq show ID`): never cut, never wrapped;
     # the other columns fold on a narrow terminal.
     table.add_column("request", no_wrap=True, min_width=32)
-    for name in ("state", "header", "agent", "turn", "groups", "asked", "outcome"):
+    table.add_column("state", no_wrap=True)
+    for name in ("header", "agent", "turn", "groups"):
         table.add_column(name, overflow="fold")
+    table.add_column("asked (UTC)", no_wrap=True)
+    table.add_column("outcome", overflow="fold")
     for r in rows:
         outcome = _summary_outcome(r)
         cells = [
@@ -145,7 +148,7 @@ def requests(
             r.agent,
             r.turn,
             ",".join(r.groups),
-            clock(r.created_ms)[:19],
+            clock(r.created_ms)[11:19],
             outcome,
         ]
         table.add_row(*[Text(visible(c)) for c in cells])

@@ -135,7 +135,7 @@ async def test_timeline_of_a_request_that_fell_through_two_tiers_was_reminded_an
     timeline = detail["timeline"]
     times = [e["t"] for e in timeline]
     assert times == sorted(times)
-    assert timeline[0]["agent"] == "agent-7" and timeline[0]["turn"] == "turn-7"
+    assert (detail["agent"], detail["turn"]) == ("agent-7", "turn-7")
     assert timeline[-1]["by"] == "alice"
     window = times[4] - times[3]
     assert window >= 500, window  # the window ran its course (the sweeper fired it)

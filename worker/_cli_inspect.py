@@ -78,7 +78,8 @@ def print_detail(d: RequestDetail) -> None:
     _echo("timeline")
     start = d.timeline[0].t if d.timeline else (d.created_ms or 0)
     for entry in d.timeline:
-        _echo(f"  {clock(entry.t)[11:23]}  +{(entry.t - start) / 1000:8.3f}s  {entry.describe()}")
+        offset = f"+{(entry.t - start) / 1000:8.3f}s"
+        _echo(f"  {clock(entry.t)[11:23]}  {offset}  {entry.describe(d.agent, d.turn)}")
     if not d.timeline:
         _echo("  (no trail: asked before askq kept one)")
     if d.answers is not None:

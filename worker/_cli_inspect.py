@@ -6,6 +6,8 @@ written out escaped (`visible`), never markup.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
 import json
 import sys
@@ -15,6 +17,7 @@ import click
 
 from ._audit import STATES, Audit, AuditEntry, RequestDetail, RequestFilter, RequestSummary
 from ._cli_base import run_cli
+from ._errors import AskError
 from ._seam import Seam
 from ._settings import Settings
 from ._text import visible
@@ -181,21 +184,34 @@ def audit_tail(settings: Settings, lines: int, follow: bool, jsonl: bool) -> Non
     """The last entries of the audit stream; with -f, then every new one."""
 
     async def run() -> int:
+        from ._runtime import stop_on_signals
+
+        stop = stop_on_signals()  # Ctrl-C or SIGTERM ends `-f` cleanly
         count = 0
         async with Seam(settings=settings) as seam:
             conn = seam.blocking_connection()
-            try:
+
+            async def consume() -> None:
+                nonlocal count
                 async for entry in _audit(seam).tail(conn, last=lines, follow=follow):
                     count += 1
                     _print_entry(entry, jsonl)
+
+            task = asyncio.ensure_future(consume())
+            stopping = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                await conn.aclose()
+                stopping.cancel()
+                task.cancel()
+                await conn.aclose()  # fails a blocked read the cancel may not reach
+                with contextlib.suppress(asyncio.CancelledError, AskError):
+                    await task
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
         return count
 
-    try:
-        count = run_cli(run)
-    except KeyboardInterrupt:  # `-f` ends with Ctrl-C
-        return
+    count = run_cli(run)
     if count == 0 and not follow:
         click.echo(
             "the audit stream is empty (is ASKQ_AUDIT_STREAM_MAXLEN set where requests"

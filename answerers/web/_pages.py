@@ -28,6 +28,7 @@ from ._signin import SignIn, csrf_ok, csrf_token, current_user
 log = logging.getLogger("askq.web")
 
 SSE_PING_SECONDS = 15
+RECENT_SHOWN = 20  # the dashboard's recent settlements (the deployment's latest)
 
 
 def parse_selector(text: str) -> dict[str, str]:
@@ -339,7 +340,7 @@ class InboxPages:
             "sweepers": status.sweepers,
             "failed_sends": status.failed_sends,
             "failed_total": status.failed_sends_total,
-            "settlements": await self.inbox.recent_settlements(),
+            "settlements": await self.group.recent_settlements(RECENT_SHOWN),
             "open_streams": self.hub.open_streams,
             "group": self.group.name,
         }

@@ -24,6 +24,7 @@ from ._inbox import Inbox, InboxEntry
 from ._live import LiveHub, Message, Subscriber, sse
 from ._render import Renderer, final_context
 from ._signin import SignIn, csrf_ok, csrf_token, current_user
+from ._throttle import SignInThrottle
 
 log = logging.getLogger("askq.web")
 
@@ -52,12 +53,14 @@ class InboxPages:
         access: Access,
         signin: SignIn,
         renderer: Renderer,
+        throttle: SignInThrottle,
     ) -> None:
         self.group = group
         self.inbox = inbox
         self.access = access
         self.signin = signin
         self.render = renderer
+        self.throttle = throttle
         self.hub = LiveHub(inbox, access, self.render_item, self.snapshot)
 
     def routes(self) -> list[Route]:
@@ -153,7 +156,14 @@ class InboxPages:
                 self._signin_context(request, target, "The form expired; please try again."),
                 403,
             )
+        wait = await self.throttle.address_over(request)
+        if wait is not None:
+            log.warning("sign-in attempts from %s over the limit", request.client)
+            return self._too_many(wait)
         user = self.signin.user_for_token(str(form.get("token") or ""))
+        if user is not None and (wait := await self.throttle.user_over(user)) is not None:
+            log.warning("sign-ins as %s over the limit", user)
+            return self._too_many(wait)
         if user is None:
             log.info("a sign-in with an unknown token from %s", request.client)
             return self.render.page(
@@ -164,6 +174,17 @@ class InboxPages:
         request.session.clear()  # a fresh session (and CSRF token) for the signed-in user
         request.session["user"] = user
         return RedirectResponse(self.render.root + target, status_code=303)
+
+    def _too_many(self, wait: int) -> Response:
+        minutes = max(1, -(-wait // 60))
+        page = self.render.problem(
+            429,
+            "Too many sign-in attempts",
+            f"Too many sign-in attempts from this address or as this user, in a short"
+            f" time. Try again in {minutes} minute{'s' if minutes > 1 else ''}.",
+        )
+        page.headers["Retry-After"] = str(wait)
+        return page
 
     async def signout(self, request: Request) -> Response:
         form = await request.form()

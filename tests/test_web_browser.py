@@ -232,7 +232,7 @@ async def test_a_question_answered_elsewhere_leaves_with_its_reason(
         # The dashboard shows both groups live, and the deployment's settlement.
         await page.goto(f"{url}/fleet")
         body = await page.inner_text("#fleet")
-        assert "answered by auto:policy=recommended through auto" in body
+        assert "answered by rules (policy=recommended)" in body
         await page.screenshot(path=str(_shot(tmp_path, "web-fleet.png")), full_page=True)
 
 

@@ -90,5 +90,5 @@ async def test_the_dashboard_lists_the_deployments_settlements(seam: Seam) -> No
             body = (await client.get("/fleet/live")).text
     row = body[body.index(f'data-id="{offer.request_id}"') :].split("</tr>")[0]
     assert "&lt;i&gt;Rotate&lt;/i&gt;" in row  # agent text stays text
-    assert "answered by console:ops through oncall" in row
+    assert "answered in a terminal by ops" in row  # as the inbox words it
     assert "<td>oncall</td>" in row and "agent-7" in row

@@ -16,11 +16,19 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from askq import FINAL_REFUSALS, AskError, AskRequest, ErrorCode, GroupHandle, scope_matches
+from askq import (
+    FINAL_REFUSALS,
+    AskError,
+    AskRequest,
+    ErrorCode,
+    GroupHandle,
+    RecentSettlement,
+    scope_matches,
+)
 
 from ._access import Access
 from ._forms import FormState, read_form
-from ._inbox import Inbox, InboxEntry
+from ._inbox import Inbox, InboxEntry, reason_for
 from ._live import LiveHub, Message, Subscriber, sse
 from ._render import Renderer, final_context
 from ._signin import SignIn, csrf_ok, csrf_token, current_user
@@ -361,7 +369,10 @@ class InboxPages:
             "sweepers": status.sweepers,
             "failed_sends": status.failed_sends,
             "failed_total": status.failed_sends_total,
-            "settlements": await self.group.recent_settlements(RECENT_SHOWN),
+            "settlements": [
+                {**row.model_dump(), "outcome": _outcome(row)}
+                for row in await self.group.recent_settlements(RECENT_SHOWN)
+            ],
             "open_streams": self.hub.open_streams,
             "group": self.group.name,
         }
@@ -393,6 +404,14 @@ class InboxPages:
         if not self.group.live:
             return PlainTextResponse("not ready: the group is not registered yet", status_code=503)
         return PlainTextResponse("ready")
+
+
+def _outcome(row: RecentSettlement) -> str:
+    """A settlement as the inbox words it ("answered in Slack by U01", "cancelled: the
+    turn was aborted"); the group it went through has a column of its own."""
+    if row.state == "ANSWERED" and not row.by:
+        return "answered with the ask's default"
+    return reason_for(str(row.state), row.by or None, row.code or None, row.reason or None)
 
 
 def _safe_next(target: str) -> str:

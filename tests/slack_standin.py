@@ -44,6 +44,7 @@ LIMITS = {
     "block_id": 255,
     "action_id": 255,
     "value": 2000,
+    "url": 3000,
     "option_value": 150,
     "blocks": 50,
     "modal_blocks": 100,
@@ -100,6 +101,10 @@ def block_problems(blocks: list[dict[str, Any]], most: str = "blocks") -> list[s
                 if element["type"] == "button":
                     over(f"{where}.text", element["text"]["text"], "button")
                     over(f"{where}.value", element.get("value", ""), "value")
+                    if "url" in element:  # a link button
+                        over(f"{where}.url", element["url"], "url")
+                        if not element["url"].startswith(("https://", "http://")):
+                            problems.append(f"{where}.url: not an http(s) URL")
                 for option in element.get("options", []):
                     over(f"{where}.option.text", option["text"]["text"], "option_text")
                     over(f"{where}.option.value", option["value"], "option_value")
@@ -381,7 +386,8 @@ def block_actions(
         "action_ts": f"{time.time():.6f}",
     }
     if element["type"] == "button":
-        action["value"] = element["value"]
+        if "value" in element:  # a link button has none
+            action["value"] = element["value"]
         action["text"] = element["text"]
     elif element["type"] == "checkboxes":
         action["selected_options"] = [element["options"][i] for i in selected or []]

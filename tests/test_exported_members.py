@@ -34,6 +34,7 @@ EXPORTED = [
     "OnTimeout",
     "Option",
     "Question",
+    "RecentSettlement",
     "RequestState",
     "RequestStatus",
     "Retraction",

@@ -18,10 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ROOT, Backend
+from conftest import ROOT, Backend, running
 from web_helpers import SECRET, TOKENS, USERS
 
 from askq import SignedLinks
+from askq.answerers.memory import MemoryAnswerer
 
 playwright_api = pytest.importorskip("playwright.async_api")
 
@@ -228,10 +229,10 @@ async def test_a_question_answered_elsewhere_leaves_with_its_reason(
         assert await page.inner_text("#count") == "0"
         await page.goto(f"{url}/q/{request_id}")
         assert "Answered by auto:policy=recommended" in await page.inner_text("#final")
-        # The dashboard shows both groups live, and what left the inbox.
+        # The dashboard shows both groups live, and the deployment's settlement.
         await page.goto(f"{url}/fleet")
         body = await page.inner_text("#fleet")
-        assert "escalated to another answerer" in body and "auto" in body
+        assert "answered by rules (policy=recommended)" in body
         await page.screenshot(path=str(_shot(tmp_path, "web-fleet.png")), full_page=True)
 
 
@@ -270,3 +271,35 @@ async def test_a_signed_link_answers_once(backend: Backend, browser: Any) -> Non
         assert "already answered by web:finance@example.com" in await page.inner_text("main")
         assert await page.locator("form.answer").count() == 0
         await context.close()
+
+
+async def test_a_question_answered_by_another_group_of_the_tier_leaves_with_its_reason(
+    backend: Backend, browser: Any
+) -> None:
+    """Two groups of tier 0 both accept: the web inbox (its own process) and an
+    in-process group whose human answers first. The open page drops the item with who
+    answered it, without a reload, and its page then shows the other group's answer."""
+    oncall = MemoryAnswerer(by="console:ops")
+    async with backend.seam() as seam, running(seam, oncall, "oncall", priority=0):
+        async with processes() as started:
+            url = await web_worker(backend, started)
+            page = await signed_in_page(browser, url)
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            asker = await ask_process(
+                backend, started, "Rotate the API keys tonight?", "Yes (Recommended)", "No"
+            )
+            item = page.locator("li.item").first
+            await item.wait_for(timeout=5000)
+            request_id = await item.get_attribute("data-id")
+            offer = await oncall.next_presented(timeout=10)
+            assert offer.request_id == request_id  # the same request, held by both groups
+            await oncall.answer(offer.request_id, [{"id": "go", "selected": ["No"]}])
+            await page.wait_for_selector("li.item.gone", timeout=5000)
+            assert await item.locator(".reason").inner_text() == "answered in a terminal by ops"
+            assert await _output(asker) == '{"answers":[{"id":"go","selected":["No"]}]}'
+            await page.wait_for_selector("li.item", state="detached", timeout=15000)
+            assert await page.inner_text("#count") == "0"
+            await page.goto(f"{url}/q/{request_id}")
+            assert "Answered by console:ops" in await page.inner_text("#final")
+            assert errors == []

@@ -497,7 +497,10 @@ async def test_fleet_dashboard(seam: Seam, web: WebAnswerer, alice: httpx.AsyncC
             await alice.post(f"/q/{rid}", data={"csrf": csrf_of(html), "q0": "opt0"})
         live = await alice.get("/fleet/live")
         assert live.status_code == 200 and "<html" not in live.text
-        assert "answered in the web inbox by alice" in live.text and "web:alice" in live.text
+        # The deployment's settlements: who, through which group, how long it took.
+        row = live.text[live.text.index(f'data-id="{rid}"') :].split("</tr>")[0]
+        assert "answered in the web inbox by alice" in row and "<td>web</td>" in row
+        assert " s</td>" in row
         assert "Nothing pending." in live.text
     async with client_for(web) as anonymous:
         assert (await anonymous.get("/fleet")).status_code == 303

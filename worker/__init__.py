@@ -25,6 +25,7 @@ from ._models import (
     parse_input,
     scope_matches,
 )
+from ._recent import RecentSettlement
 from ._runtime import AnswererRuntime
 from ._seam import Seam
 from ._settings import ChannelSettings, Settings
@@ -83,4 +84,5 @@ __all__ = [
     "scope_matches",
     "visible",
     "serve_metrics",
+    "RecentSettlement",
 ]

@@ -20,6 +20,7 @@ from ._types import Sender
 
 if TYPE_CHECKING:
     from ._answering import Answering
+    from ._recent import RecentSettlement
     from ._requests import Requests
     from ._status import FullStatus
     from ._store import ChannelStore
@@ -62,6 +63,7 @@ class GroupHandle:
         sender: Sender | None = None,
         live: Callable[[], bool] | None = None,
         fleet: Callable[[], Awaitable[FullStatus]] | None = None,
+        recent: Callable[[int], Awaitable[list[RecentSettlement]]] | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -73,6 +75,7 @@ class GroupHandle:
         self._restore = restore or (lambda offer: None)
         self._live = live or (lambda: False)
         self._fleet = fleet
+        self._recent = recent
 
     @property
     def live(self) -> bool:
@@ -86,6 +89,14 @@ class GroupHandle:
         if self._fleet is None:
             raise AskError(ErrorCode.INTERNAL, f"group {self.name} has no view of the fleet")
         return await self._fleet()
+
+    async def recent_settlements(self, limit: int = 20) -> list[RecentSettlement]:
+        """The deployment's latest settlements, newest first (every group's, not only
+        this one's): who answered, through which group, how long it took. Read-only and
+        bounded (at most 200 rows, a few reads each), for a dashboard."""
+        if self._recent is None:
+            raise AskError(ErrorCode.INTERNAL, f"group {self.name} has no view of the fleet")
+        return await self._recent(limit)
 
     async def request(self, request_id: str) -> AskRequest:
         """The request: its questions, scope and caller. NOT_FOUND once expired."""

@@ -43,6 +43,7 @@ from ._errors import AskError, ErrorCode
 from ._heartbeat import keep_beating
 from ._hooks import HookResult, call_hook
 from ._models import Answers, AskRequest, Offer, Retraction, scope_matches
+from ._recent import recent_settlements
 from ._registry import GroupSpec
 from ._replies import Reply
 from ._requests import RequestInfo
@@ -192,6 +193,7 @@ class AnswererRuntime:
             sender=self.sends.enqueue if answerer.uses_sends else None,
             live=self.ready.is_set,
             fleet=lambda: full_status(seam, FLEET_LISTED),
+            recent=lambda n: recent_settlements(seam.redis, seam.keys, seam.settings, n),
         )
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[Any]] = set()

@@ -6,7 +6,8 @@ Keys live under `{prefix}:<channel kind>:` (the deployment's hash tag), and each
 expires `ASKQ_SETTLED_TTL` after its last write, like the requests they belong to. Two
 guards come with it: `once` (the first caller within a time wins: show an outcome once,
 remind at most once a minute) and a lease (one caller at a time does a thing, e.g.
-posts a message; a caller that died lets the lease run out). A feed (a capped stream)
+posts a message; a caller that died lets the lease run out). A counter (`count`) tells
+how often a thing happened within a window (sign-in attempts). A feed (a capped stream)
 carries what every replica must hear at once: `publish` appends, `follow` reads it in a
 blocking loop of its own (the web inbox tells every replica's live pages of a new or
 settled question this way).
@@ -116,6 +117,19 @@ class ChannelStore:
     async def forget_once(self, name: str) -> None:
         """What `once` guarded failed: the next ask for `name` is the first again."""
         await self.delete(name)
+
+    async def count(self, name: str, seconds: int) -> tuple[int, int]:
+        """Count one more `name` in a window of `seconds` that starts at its first count:
+        (the count so far, seconds left in the window). One small key per name, gone
+        with its window; shared by every replica (e.g. sign-in attempts per address)."""
+        key = self.key(f"count:{name}")
+        with redis_errors(self._settings):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.set(key, 0, nx=True, ex=seconds)
+                pipe.incr(key)
+                pipe.ttl(key)
+                _, counted, left = await pipe.execute()
+        return int(counted), max(int(left), 1)
 
     def _lease(self, name: str) -> str:
         return self.key(f"lease:{name}")

@@ -171,13 +171,17 @@ class SlackAnswerer(Answerer[SlackOptions]):
             raise RetryLater(
                 await self.group.store.lease_left(request_id), "being posted elsewhere"
             )
+        browser = self.config.browser
+        open_url = browser.url(request.id, route) if browser is not None else None
         try:
             response = await call(
                 "chat.postMessage",
                 self.client.chat_postMessage(
                     channel=route.channel,
                     text=blocks.fallback_text(request.questions),
-                    blocks=blocks.question_message(request.id, request.questions, request.caller),
+                    blocks=blocks.question_message(
+                        request.id, request.questions, request.caller, open_url
+                    ),
                     unfurl_links=False,
                     unfurl_media=False,
                 ),

@@ -167,8 +167,28 @@ def fallback_text(questions: list[Question]) -> str:
     return cut_escaped(text, FALLBACK_MAX - len(more)) + more
 
 
-def question_message(request_id: str, questions: list[Question], caller: Caller) -> list[Block]:
-    """The message that asks: every question, and one Submit unless a click answers."""
+def _open_in_browser(request_id: str, url: str) -> Block:
+    # A link button: Slack opens the URL and still reports the click, which the block
+    # id (not `askq:`) marks as not an answer.
+    return {
+        "type": "actions",
+        "block_id": f"{ids.OPEN_BLOCK}{request_id}",
+        "elements": [
+            {
+                "type": "button",
+                "action_id": ids.OPEN_ACTION,
+                "text": plain("Open in browser", BUTTON_MAX),
+                "url": url,
+            }
+        ],
+    }
+
+
+def question_message(
+    request_id: str, questions: list[Question], caller: Caller, open_url: str | None = None
+) -> list[Block]:
+    """The message that asks: every question, and one Submit unless a click answers;
+    with `open_url`, an "Open in browser" button to the web inbox."""
     at_once = answers_at_once(questions)
     blocks: list[Block | LongText] = []
     for index, question in enumerate(questions):
@@ -192,6 +212,8 @@ def question_message(request_id: str, questions: list[Question], caller: Caller)
                 ],
             }
         )
+    if open_url is not None:
+        blocks.append(_open_in_browser(request_id, open_url))
     blocks.append(_asked_by(caller))
     return layout(blocks)
 

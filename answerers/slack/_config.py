@@ -11,6 +11,7 @@ from pydantic_settings import SettingsConfigDict
 
 from askq import AskError, ChannelSettings, ErrorCode
 
+from ._browser import BrowserLinks, browser_links
 from ._routes import Routes, parse_routes
 
 
@@ -53,6 +54,20 @@ class SlackSettings(ChannelSettings):
     http_port: int = Field(
         default=3000, ge=0, le=65535, description="Port of the HTTP interactivity endpoint."
     )
+    web_url: str = Field(
+        default="",
+        description="The web inbox's public URL (https://askq.example.com): each question"
+        ' message then carries an "Open in browser" button.',
+    )
+    link_secret: SecretStr | None = Field(
+        default=None,
+        description="One of the web inbox's ASKQ_WEB_SECRET secrets: signs the per-person"
+        " single-question links of DM routes (channel posts link to the sign-in page).",
+    )
+    web_group: str = Field(default="web", description="The web group the signed links answer for.")
+    link_ttl: float = Field(
+        default=86400.0, gt=0, description="Seconds a DM's signed link stays valid."
+    )
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,7 @@ class SlackConfig:
     http_port: int
     api_url: str
     routes: Routes
+    browser: BrowserLinks | None = None  # "Open in browser" (ASKQ_SLACK_WEB_URL)
 
     @classmethod
     def from_settings(cls, settings: SlackSettings) -> SlackConfig:
@@ -111,6 +127,7 @@ class SlackConfig:
             http_port=settings.http_port,
             api_url=settings.api_url,
             routes=parse_routes(settings.routes, settings.allowlist),
+            browser=browser_links(settings),
         )
 
 

@@ -24,6 +24,10 @@ SUBMIT_ACTION = "askq.submit"
 MODAL_CALLBACK = "askq:custom"
 CUSTOM_BLOCK = "askq:custom"
 CUSTOM_ACTION = "custom"
+# The "Open in browser" link button: outside `askq:` / `askq.`, so its click (Slack
+# reports those too) is not taken for an answer.
+OPEN_BLOCK = "askq-open:"
+OPEN_ACTION = "askq-open"
 
 
 def question_block(request_id: str, question: int) -> str:

@@ -23,6 +23,7 @@ from ._inbox import Inbox
 from ._linkpages import links_routes
 from ._pages import InboxPages
 from ._render import STATIC_DIR, STATIC_PATH, Renderer
+from ._throttle import SignInThrottle
 
 log = logging.getLogger("askq.web")
 
@@ -36,7 +37,10 @@ def session_key(secret: str) -> str:
 
 def build_app(group: GroupHandle, config: WebConfig, inbox: Inbox) -> tuple[Starlette, InboxPages]:
     renderer = Renderer()
-    pages = InboxPages(group, inbox, config.access, config.signin, renderer)
+    throttle = SignInThrottle(
+        inbox.store, config.signin_limit, config.signin_window, config.signin.trusted_proxies
+    )
+    pages = InboxPages(group, inbox, config.access, config.signin, renderer, throttle)
 
     async def link_answered(request_id: str, answers: Answers, by: str) -> None:
         await inbox.settle(request_id, "ANSWERED", by=by, code=None, overwrite=True)

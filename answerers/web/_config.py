@@ -58,6 +58,15 @@ class WebSettings(ChannelSettings):
         " Secure, and links are minted against it.",
     )
     session_hours: float = Field(default=12.0, gt=0, description="How long a sign-in lasts.")
+    signin_limit: int = Field(
+        default=10,
+        ge=0,
+        description="Sign-in attempts allowed per client address, and sign-ins per user name,"
+        " in each window (shared by the replicas through Redis); 0: no limit.",
+    )
+    signin_window: int = Field(
+        default=300, ge=1, description="Seconds of the sign-in rate limit's window."
+    )
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,8 @@ class WebConfig:
     public_url: str
     secure_cookies: bool
     session_seconds: int
+    signin_limit: int = 10
+    signin_window: int = 300
 
     @classmethod
     def from_settings(cls, settings: WebSettings) -> WebConfig:
@@ -117,4 +128,6 @@ class WebConfig:
             public_url=public_url,
             secure_cookies=public_url.startswith("https://"),
             session_seconds=int(settings.session_hours * 3600),
+            signin_limit=settings.signin_limit,
+            signin_window=settings.signin_window,
         )

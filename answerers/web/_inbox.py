@@ -178,29 +178,6 @@ class Inbox:
             reason=raw.get("reason", ""),
         )
 
-    async def recent_settlements(self, count: int = 20) -> list[dict[str, str]]:
-        """The last questions that left this inbox, newest first: id, state, by, reason,
-        when (`at_ms`, from the feed entry's id) and how long they waited (`waited_s`)."""
-        rows = []
-        seen: set[str] = set()
-        for event_id, fields in await self.store.recent(self.feed, count * 3):
-            if fields.get("kind") != "gone" or fields.get("id") in seen:
-                continue
-            seen.add(fields.get("id", ""))
-            at_ms = int(event_id.split("-")[0])
-            created = fields.get("created_ms", "")
-            waited = (at_ms - int(created)) / 1000 if created.isdigit() else None
-            rows.append(
-                {
-                    **fields,
-                    "at_ms": str(at_ms),
-                    "waited_s": "" if waited is None else f"{waited:.1f}",
-                }
-            )
-            if len(rows) == count:
-                break
-        return rows
-
     # --- signed links spent --------------------------------------------------------------
 
     async def spend_link(self, jti: str, seconds: int) -> bool:

@@ -16,18 +16,28 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from askq import FINAL_REFUSALS, AskError, AskRequest, ErrorCode, GroupHandle, scope_matches
+from askq import (
+    FINAL_REFUSALS,
+    AskError,
+    AskRequest,
+    ErrorCode,
+    GroupHandle,
+    RecentSettlement,
+    scope_matches,
+)
 
 from ._access import Access
 from ._forms import FormState, read_form
-from ._inbox import Inbox, InboxEntry
+from ._inbox import Inbox, InboxEntry, reason_for
 from ._live import LiveHub, Message, Subscriber, sse
 from ._render import Renderer, final_context
 from ._signin import SignIn, csrf_ok, csrf_token, current_user
+from ._throttle import SignInThrottle
 
 log = logging.getLogger("askq.web")
 
 SSE_PING_SECONDS = 15
+RECENT_SHOWN = 20  # the dashboard's recent settlements (the deployment's latest)
 
 
 def parse_selector(text: str) -> dict[str, str]:
@@ -51,12 +61,14 @@ class InboxPages:
         access: Access,
         signin: SignIn,
         renderer: Renderer,
+        throttle: SignInThrottle,
     ) -> None:
         self.group = group
         self.inbox = inbox
         self.access = access
         self.signin = signin
         self.render = renderer
+        self.throttle = throttle
         self.hub = LiveHub(inbox, access, self.render_item, self.snapshot)
 
     def routes(self) -> list[Route]:
@@ -152,7 +164,14 @@ class InboxPages:
                 self._signin_context(request, target, "The form expired; please try again."),
                 403,
             )
+        wait = await self.throttle.address_over(request)
+        if wait is not None:
+            log.warning("sign-in attempts from %s over the limit", request.client)
+            return self._too_many(wait)
         user = self.signin.user_for_token(str(form.get("token") or ""))
+        if user is not None and (wait := await self.throttle.user_over(user)) is not None:
+            log.warning("sign-ins as %s over the limit", user)
+            return self._too_many(wait)
         if user is None:
             log.info("a sign-in with an unknown token from %s", request.client)
             return self.render.page(
@@ -163,6 +182,17 @@ class InboxPages:
         request.session.clear()  # a fresh session (and CSRF token) for the signed-in user
         request.session["user"] = user
         return RedirectResponse(self.render.root + target, status_code=303)
+
+    def _too_many(self, wait: int) -> Response:
+        minutes = max(1, -(-wait // 60))
+        page = self.render.problem(
+            429,
+            "Too many sign-in attempts",
+            f"Too many sign-in attempts from this address or as this user, in a short"
+            f" time. Try again in {minutes} minute{'s' if minutes > 1 else ''}.",
+        )
+        page.headers["Retry-After"] = str(wait)
+        return page
 
     async def signout(self, request: Request) -> Response:
         form = await request.form()
@@ -339,7 +369,10 @@ class InboxPages:
             "sweepers": status.sweepers,
             "failed_sends": status.failed_sends,
             "failed_total": status.failed_sends_total,
-            "settlements": await self.inbox.recent_settlements(),
+            "settlements": [
+                {**row.model_dump(), "outcome": _outcome(row)}
+                for row in await self.group.recent_settlements(RECENT_SHOWN)
+            ],
             "open_streams": self.hub.open_streams,
             "group": self.group.name,
         }
@@ -371,6 +404,14 @@ class InboxPages:
         if not self.group.live:
             return PlainTextResponse("not ready: the group is not registered yet", status_code=503)
         return PlainTextResponse("ready")
+
+
+def _outcome(row: RecentSettlement) -> str:
+    """A settlement as the inbox words it ("answered in Slack by U01", "cancelled: the
+    turn was aborted"); the group it went through has a column of its own."""
+    if row.state == "ANSWERED" and not row.by:
+        return "answered with the ask's default"
+    return reason_for(str(row.state), row.by or None, row.code or None, row.reason or None)
 
 
 def _safe_next(target: str) -> str:

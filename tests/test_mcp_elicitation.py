@@ -253,3 +253,38 @@ async def test_url_mode_is_a_question_carrying_the_link(
                 assert [o.label for o in question.options] == ["Done", "Decline"]
                 await mem.answer(offer.request_id, [{"id": question.id, "selected": [label]}])
                 assert await asyncio.wait_for(call, 20) == {"action": action}
+
+
+async def test_more_choices_than_askq_shows_are_free_text_checked_against_them(
+    backend: Backend, seam: Seam
+) -> None:
+    choices = [f"zone-{n}" for n in range(12)]
+    schema = {
+        "type": "object",
+        "properties": {
+            "zone": {"type": "string", "enum": choices},
+            "tier": {"type": "string", "enum": ["1", "2"], "enumNames": ["Gold", "Silver"]},
+        },
+        "required": ["zone", "tier"],
+    }
+    mem = MemoryAnswerer()
+    bridge = ElicitationBridge(seam, Caller(agent_id="agent-1", turn_id="t-zones"))
+    async with running(seam, mem, "humans"):
+        async with Client(eliciting_server(), mode="legacy", elicitation_callback=bridge) as client:
+            call = asyncio.ensure_future(elicit(client, message="Where?", schema=schema))
+            offer = await mem.next_presented(20)
+            zone, tier = offer.questions
+            assert zone.options == [] and "zone-11" in zone.question
+            assert [o.label for o in tier.options] == ["Gold", "Silver"]
+            await mem.answer(
+                offer.request_id,
+                [{"id": "zone", "custom": "zone-99"}, {"id": "tier", "selected": ["Silver"]}],
+            )
+            again = await mem.next_presented(20)
+            assert [q.id for q in again.questions] == ["zone"]
+            assert "not one of the choices" in again.questions[0].question
+            await mem.answer(again.request_id, [{"id": "zone", "custom": "ZONE-7"}])
+            assert await asyncio.wait_for(call, 20) == {
+                "action": "accept",
+                "content": {"zone": "zone-7", "tier": "2"},
+            }

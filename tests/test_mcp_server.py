@@ -75,10 +75,16 @@ async def test_progress_arrives_while_the_human_is_slow(
 async def test_client_cancellation_withdraws_the_question(
     backend: Backend, seam: Seam, transport: str, era: str
 ) -> None:
-    """notifications/cancelled withdraws at once; on 2026-era HTTP the cancellation is
-    closing the response stream, withdrawn once the reattach grace (1 s here) is over."""
+    """notifications/cancelled withdraws at once (the grace a dropped call gets is set
+    to a minute here, so only the explicit path can withdraw it in time); on 2026-era
+    HTTP the cancellation is closing the response stream, withdrawn after the grace."""
     mem = MemoryAnswerer()
-    async with running(seam, mem, "humans"), mcp_client(backend, transport, era) as client:
+    dropped = transport == "http" and era == "2026-07-28"
+    env = {"ASKQ_MCP_REATTACH_GRACE": "1" if dropped else "60"}
+    async with (
+        running(seam, mem, "humans"),
+        mcp_client(backend, transport, era, env=env) as client,
+    ):
         call = asyncio.ensure_future(client.call_tool("ask_user_question", SEED))
         offer = await mem.next_presented(20)
         call.cancel()
@@ -239,7 +245,7 @@ async def test_handle_mode(backend: Backend, seam: Seam, era: str) -> None:
 def test_askq_mcp_without_the_extra_says_what_to_install(tmp_path: Any) -> None:
     """The core never imports mcp: without the SDK, `askq mcp` is one CONFIG_ERROR line."""
     (tmp_path / "mcp").mkdir()
-    (tmp_path / "mcp" / "__init__.py").write_text("raise ImportError('no', name='mcp')\n")
+    (tmp_path / "mcp" / "__init__.py").write_text("raise ModuleNotFoundError('no', name='mcp')\n")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
     result = subprocess.run(
         [sys.executable, "-m", "askq", "mcp"], capture_output=True, text=True, env=env, timeout=30

@@ -362,7 +362,9 @@ def mcp(settings: Settings, http: bool, host: str, port: int) -> None:
     Needs the mcp extra: pip install 'askq[mcp]'."""
     try:  # imported here: the core never imports the mcp SDK
         from .integrations.mcp import McpSettings, serve_http, serve_stdio
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("mcp", "mcp_types", "uvicorn"):
+            raise
         fail(
             AskError(
                 ErrorCode.CONFIG_ERROR,

@@ -11,7 +11,9 @@ the question can end apart:
 - a re-issued call finds the same request through askq's idempotency key: a digest of
   the agent, the conversation (turn or session) and the arguments, plus the id of the
   last request those settled as (kept in Redis), so the same question asked again
-  after it was answered is a new question, not the old answer.
+  after it was answered, or after its call was cancelled, is a new question, not the
+  old answer or the withdrawal. (A question answered while its call was dropped is
+  the answer the re-issued call gets: the human is never asked twice.)
 """
 
 from __future__ import annotations
@@ -51,7 +53,17 @@ class BlockingCalls:
             return f"mcp-call:{digest.hexdigest()[:40]}", None
         base = who.reattach_base(args)
         (after,) = await self.store.fields(f"gen:{base}", "after")
-        return f"mcp:{base}:{after or '-'}", base
+        key = f"mcp:{base}:{after or '-'}"
+        seam = self.tool.seam
+        request_id = await seam.idempotent_request(key)
+        if request_id is not None:
+            settled = await seam.settlement(request_id)
+            if settled is not None and settled.state == "CANCELLED" and settled.by == "caller":
+                # Withdrawn (a cancelled or dropped call) before its ask could record
+                # it: calling again is asking again, not reading the withdrawal.
+                await self.store.set_fields(f"gen:{base}", {"after": request_id})
+                key = f"mcp:{base}:{request_id}"
+        return key, base
 
     async def call(
         self,

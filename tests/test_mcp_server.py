@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from conftest import ROOT, SEED, YES_JSON, Backend, running
 from mcp import Client
-from mcp_servers import ERAS, TRANSPORTS, http_server, mcp_client
+from mcp_servers import ERAS, TRANSPORTS, http_server, mcp_client, mcp_env
 from test_processes import worker_process
 
 from askq import Seam, input_schema
@@ -252,3 +252,48 @@ def test_askq_mcp_without_the_extra_says_what_to_install(tmp_path: Any) -> None:
     )
     assert result.returncode != 0
     assert result.stderr.startswith("CONFIG_ERROR: askq mcp needs the mcp extra"), result.stderr
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    return (json.dumps(message) + "\n").encode()
+
+
+async def test_a_stdio_server_stopped_by_sigterm_withdraws_what_it_waits_on(
+    backend: Backend, seam: Seam
+) -> None:
+    """Raw JSON-RPC over the pipe (the 2025 handshake), then SIGTERM while the call
+    waits: the question is retracted and the server exits 0."""
+    mem = MemoryAnswerer()
+    async with running(seam, mem, "humans"):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "askq",
+            "mcp",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=mcp_env(backend, ASKQ_MCP_REATTACH_GRACE="60"),
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            init = {"protocolVersion": "2025-11-25", "capabilities": {}}
+            init["clientInfo"] = {"name": "raw", "version": "1"}
+            proc.stdin.write(
+                _line({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
+            )
+            reply = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+            assert reply["result"]["protocolVersion"] == "2025-11-25"
+            proc.stdin.write(_line({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            call = {"name": "ask_user_question", "arguments": SEED}
+            proc.stdin.write(
+                _line({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+            )
+            offer = await mem.next_presented(20)
+            proc.terminate()
+            assert (await mem.next_retracted(20)).request_id == offer.request_id
+            assert await asyncio.wait_for(proc.wait(), 20) == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()

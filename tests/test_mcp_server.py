@@ -180,10 +180,14 @@ async def test_askq_abort_reaches_the_turn_the_client_names(
 
 async def test_the_session_is_the_turn_by_default(backend: Backend, seam: Seam) -> None:
     mem = MemoryAnswerer()
-    async with running(seam, mem, "humans"), mcp_client(backend, "http", "legacy") as client:
+    env = {"ASKQ_MCP_SCOPE": '{"tenant":"acme"}'}
+    async with (
+        running(seam, mem, "humans"),
+        mcp_client(backend, "http", "legacy", env=env) as client,
+    ):
         call = asyncio.ensure_future(client.call_tool("ask_user_question", SEED))
         offer = await mem.next_presented(20)
-        assert offer.caller.agent_id == "mcp"
+        assert offer.caller.agent_id == "mcp" and offer.scope == {"tenant": "acme"}
         assert offer.caller.turn_id.startswith("mcp-session-")
         await seam.abort_turn(offer.caller.turn_id)
         assert text(await asyncio.wait_for(call, 20)).startswith("ABORTED: ")
@@ -297,3 +301,26 @@ async def test_a_stdio_server_stopped_by_sigterm_withdraws_what_it_waits_on(
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("ASKQ_MCP_PROGRESS_INTERVAL", "0", "greater than 0"),
+        ("ASKQ_MCP_SCOPE", "tenant=acme", "not JSON"),
+        ("ASKQ_MCP_SCOPE", '{"a b": "x"}', 'scope["a b"]'),
+    ],
+)
+def test_a_bad_setting_is_one_config_error_line(
+    backend: Backend, name: str, value: str, says: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "askq", "mcp"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=mcp_env(backend, **{name: value}),
+    )
+    assert result.returncode == 12
+    assert result.stderr.startswith(f"CONFIG_ERROR: settings: {name}: "), result.stderr
+    assert says in result.stderr and result.stderr.count("\n") == 1

@@ -82,7 +82,7 @@ class AskServer:
     def __init__(self, seam: Seam, settings: McpSettings | None = None) -> None:
         self.settings = settings or McpSettings.from_env()
         self.seam = seam
-        self.tool = AskUserQuestionTool(seam, scope=self.settings.scope)
+        self.tool = AskUserQuestionTool(seam, scope=self.settings.scope_labels)
         store = ChannelStore(seam.redis, seam.keys.base, "mcp", seam.settings)
         self.blocking = BlockingCalls(self.tool, store, self.settings)
         self.handles = Handles(self.tool, self.settings) if self.settings.handle_mode else None

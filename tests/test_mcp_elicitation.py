@@ -288,3 +288,29 @@ async def test_more_choices_than_askq_shows_are_free_text_checked_against_them(
                 "action": "accept",
                 "content": {"zone": "zone-7", "tier": "2"},
             }
+
+
+async def test_property_names_askq_cannot_use_as_ids_still_come_back_by_name(
+    backend: Backend, seam: Seam
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"first name": {"type": "string"}, "field0": {"type": "boolean"}},
+        "required": ["first name", "field0"],
+    }
+    mem = MemoryAnswerer()
+    bridge = ElicitationBridge(seam, Caller(agent_id="agent-1", turn_id="t-names"))
+    async with running(seam, mem, "humans"):
+        async with Client(eliciting_server(), mode="2026-07-28", elicitation_callback=bridge) as c:
+            call = asyncio.ensure_future(elicit(c, message="Name?", schema=schema))
+            offer = await mem.next_presented(20)
+            first, flag = offer.questions
+            assert first.header == "first name" and first.id != flag.id
+            await mem.answer(
+                offer.request_id,
+                [{"id": first.id, "custom": "Ann"}, {"id": flag.id, "selected": ["Yes"]}],
+            )
+            assert await asyncio.wait_for(call, 20) == {
+                "action": "accept",
+                "content": {"first name": "Ann", "field0": True},
+            }

@@ -92,7 +92,7 @@ class Handles:
         try:
             if task is None:
                 task = await self._attach(handle)
-            elif task.done() and task.result().code is ErrorCode.ABORTED:
+            elif task.done() and (task.cancelled() or task.result().code is ErrorCode.ABORTED):
                 # Ended here because a poll at another replica took the question over
                 # (askq lets one call wait on a request); take it back. A question that
                 # was really aborted gives its stored ABORTED again.
@@ -141,6 +141,8 @@ class Handles:
         done, _ = await asyncio.wait({task}, timeout=wait)
         if not done:
             return pending(handle)
+        if task.cancelled():
+            return _error(ErrorCode.ABORTED, "this server stopped waiting on the question")
         return task.result()
 
     def aclose(self) -> None:

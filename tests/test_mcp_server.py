@@ -324,3 +324,23 @@ def test_a_bad_setting_is_one_config_error_line(
     assert result.returncode == 12
     assert result.stderr.startswith(f"CONFIG_ERROR: settings: {name}: "), result.stderr
     assert says in result.stderr and result.stderr.count("\n") == 1
+
+
+async def test_a_connection_may_name_who_asks_unless_told_not_to(
+    backend: Backend, seam: Seam
+) -> None:
+    mem = MemoryAnswerer()
+    child = {"io.askq/agent": "helper-2", "io.askq/owner": "boss", "io.askq/turn": "t-9"}
+    async with seam.agent("boss"), running(seam, mem, "humans"):
+        async with mcp_client(backend, "stdio", "legacy") as client:
+            result = await client.call_tool("ask_user_question", SEED, meta=child)
+            assert result.is_error and text(result).startswith("DELEGATED_CALLER: ")
+            assert "'helper-2'" in text(result)
+        env = {"ASKQ_MCP_CLIENT_IDENTITY": "false"}
+        async with mcp_client(backend, "stdio", "legacy", env=env) as client:
+            call = asyncio.ensure_future(client.call_tool("ask_user_question", SEED, meta=child))
+            offer = await mem.next_presented(20)
+            assert (offer.caller.agent_id, offer.caller.owner) == ("mcp", None)
+            assert offer.caller.turn_id.startswith("mcp-stdio-")
+            await mem.answer(offer.request_id, NO)
+            assert text(await asyncio.wait_for(call, 20)) == NO_JSON

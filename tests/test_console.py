@@ -219,7 +219,7 @@ async def test_retracted_while_prompting(desk: Desk) -> None:
     with pytest.raises(AskError) as err:
         await asyncio.wait_for(first, 5)
     assert err.value.code is ErrorCode.ABORTED
-    await desk.until("✗ Confirm: retracted — cancelled (turn aborted)")
+    await desk.until("✗ Confirm: retracted — cancelled: the turn was aborted")
     await desk.type("Hazel", prompts=2)  # the next question took over the prompt
     assert (await asyncio.wait_for(second, 5)).to_json() == (
         '{"answers":[{"id":"name","selected":[],"custom":"Hazel"}]}'
@@ -232,7 +232,7 @@ async def test_retracted_while_queued(desk: Desk) -> None:
     second = desk.ask(NAME, turn="t2")
     await desk.presented(2)
     await desk.seam.abort_turn("t2")
-    await desk.until("✗ Name: retracted — cancelled (turn aborted)")
+    await desk.until("✗ Name: retracted — cancelled: the turn was aborted")
     with pytest.raises(AskError):
         await asyncio.wait_for(second, 5)
     await desk.type("1", prompts=1)

@@ -25,8 +25,11 @@ EXPORTED = [
     "ChannelSettings",
     "ChannelStore",
     "ErrorCode",
+    "FeedFollower",
     "GroupHandle",
     "Keys",
+    "LinkClaims",
+    "LinkError",
     "Offer",
     "OnTimeout",
     "Option",
@@ -38,6 +41,7 @@ EXPORTED = [
     "Seam",
     "Settings",
     "Settlement",
+    "SignedLinks",
     "Status",
     "Sweeper",
     "SyncSeam",
@@ -48,6 +52,7 @@ EXPORTED = [
     "parse_input",
     "quoted",
     "scope_matches",
+    "serve_metrics",
     "visible",
 ]
 

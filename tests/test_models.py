@@ -264,8 +264,7 @@ def test_schema_matches_golden_file() -> None:
 
 def test_schema_is_byte_identical_across_processes() -> None:
     code = (
-        "import hashlib, askq;"
-        " print(hashlib.sha256(askq.input_schema_json().encode()).hexdigest())"
+        "import hashlib, askq; print(hashlib.sha256(askq.input_schema_json().encode()).hexdigest())"
     )
     digests = {
         subprocess.run(

@@ -51,7 +51,9 @@ def clean_env(**extra: str) -> dict[str, str]:
 ENTRY_POINTS = [
     "auto=askq.answerers.auto:AutoAnswerer",
     "console=askq.answerers.console:ConsoleAnswerer",
+    "email=askq.answerers.email:EmailAnswerer",
     "slack=askq.answerers.slack:SlackAnswerer",
+    "web=askq.answerers.web:WebAnswerer",
 ]
 
 
@@ -78,6 +80,10 @@ def test_a_wheel_built_from_the_sdist_installs_askq_and_nothing_else(tmp_path: P
     assert {name.split("/")[0] for name in names} == {"askq", "askq-0.1.0.dist-info"}
     assert "askq/lua/ask.lua" in names and "askq/py.typed" in names
     assert "askq/answerers/slack/_answerer.py" in names
+    assert "askq/answerers/email/_answerer.py" in names
+    # The web inbox's pages ship in the wheel: nothing loads from a CDN.
+    for page in ("templates/base.html", "templates/_form.html", "static/app.css", "static/app.js"):
+        assert f"askq/answerers/web/{page}" in names, page
 
     site = tmp_path / "site"
     installed = subprocess.run(

@@ -32,10 +32,10 @@ def test_every_lua_file_is_a_script_of_the_runner() -> None:
 
 def test_a_script_sees_only_the_keys_it_declares() -> None:
     script = load("accept")
-    assert script.keys == ("req", "timers", "wake", "group_info", "tier")
+    assert script.keys == ("req", "timers", "wake", "group_info", "tier", "audit", "audit_log")
     assert script.text.startswith(
         "local K = {req = KEYS[1], timers = KEYS[2], wake = KEYS[3], group_info = KEYS[4],"
-        " tier = KEYS[5]}"
+        " tier = KEYS[5], audit = KEYS[6], audit_log = KEYS[7]}"
     )
     assert not script.tiers
     assert load("decline").tiers and load("cancel").tiers and not load("answer").tiers
@@ -119,7 +119,8 @@ async def test_every_script_runs_and_keeps_to_its_keys(
     # claim_answer
     async with running(seam, AtOnce(), "rules", priority=0):
         assert (await seam.ask(SEED, caller("t7"))).to_json() == YES_JSON
-    # forget_caller (the caller has nothing left pending), remove_group
+    # forget_caller (the caller has nothing left pending), set_priority, remove_group
     await seam.asking.forget_caller()
+    assert await seam.registry.set_priority("nobody", 3) == 0  # (no replica is live)
     assert await seam.registry.prune() == ["humans", "nobody", "rules"]
     assert ran == set(NAMES), set(NAMES) - ran

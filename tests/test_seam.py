@@ -182,7 +182,7 @@ async def test_abort_while_waiting_settles_aborted_and_retracts(backend: Backend
             assert info.value.code is ErrorCode.ABORTED
             retraction = await mem.next_retracted()
             assert retraction.request_id == offer.request_id or retraction.state == "CANCELLED"
-            assert retraction.reason == "cancelled (turn aborted)"
+            assert retraction.reason == "cancelled: the turn was aborted"
             with pytest.raises(AskError) as late:
                 await mem.answer(retraction.request_id, YES)
             assert late.value.message == "already settled: cancelled (the turn was aborted)"

@@ -302,8 +302,16 @@ def test_final_message_says_what_became_of_it() -> None:
     assert "actions" not in text
     heads = {
         Outcome("ANSWERED", by="console:bob"): "✅ *Answered elsewhere* by console:bob",
-        Outcome("CANCELLED", code="ABORTED"): "🚫 *Cancelled* (turn aborted)",
-        Outcome("CANCELLED", code="TIMED_OUT"): "🚫 *Cancelled*",
+        Outcome("CANCELLED", code="ABORTED", why="the turn was aborted"): (
+            "🚫 *Cancelled* (the turn was aborted)"
+        ),
+        Outcome("CANCELLED", code="ABORTED", why="the caller is gone"): (
+            "🚫 *Cancelled* (the caller is gone)"
+        ),
+        Outcome("CANCELLED", code="TIMED_OUT", why="the ask timed out"): (
+            "🚫 *Cancelled* (the ask timed out)"
+        ),
+        Outcome("CANCELLED", code="ABORTED"): "🚫 *Cancelled*",
         Outcome("OFFERED"): "⤴️ *Escalated* to another answerer",
         Outcome("FAILED", code="NO_ANSWERER"): "⌛ *No longer pending*",
     }

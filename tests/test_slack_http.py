@@ -291,7 +291,7 @@ async def test_click_after_the_turn_was_aborted(
             await asyncio.wait_for(task, 10)
         assert info.value.code is ErrorCode.ABORTED
         update = (await standin.wait_for("chat.update"))[0]
-        assert "🚫 *Cancelled* (turn aborted)" in dumped(update)
+        assert "🚫 *Cancelled* (the turn was aborted)" in dumped(update)
         await click(slack, block_actions(message, ALICE, "askq.pick.0"))
         ephemeral = (await standin.wait_for("chat.postEphemeral"))[0]
         assert "Already answered" in ephemeral["text"] and "cancelled" in ephemeral["text"]

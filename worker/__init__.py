@@ -3,6 +3,8 @@
 from ._answerer import FINAL_REFUSALS, Answerer, AnswererOptions, GroupHandle, RetryLater
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
+from ._links import LinkClaims, LinkError, SignedLinks
+from ._metrics import serve_metrics
 from ._models import (
     MAX_CUSTOM,
     RECOMMENDED_SUFFIX,
@@ -26,7 +28,7 @@ from ._models import (
 from ._runtime import AnswererRuntime
 from ._seam import Seam
 from ._settings import ChannelSettings, Settings
-from ._store import ChannelStore
+from ._store import ChannelStore, FeedFollower
 from ._sweeper import Sweeper
 from ._sync import SyncSeam
 from ._text import quoted, visible
@@ -51,8 +53,11 @@ __all__ = [
     "ChannelSettings",
     "ChannelStore",
     "ErrorCode",
+    "FeedFollower",
     "GroupHandle",
     "Keys",
+    "LinkClaims",
+    "LinkError",
     "Offer",
     "OnTimeout",
     "Option",
@@ -64,6 +69,7 @@ __all__ = [
     "Seam",
     "Settings",
     "Settlement",
+    "SignedLinks",
     "Status",
     "Sweeper",
     "SyncSeam",
@@ -76,4 +82,5 @@ __all__ = [
     "quoted",
     "scope_matches",
     "visible",
+    "serve_metrics",
 ]

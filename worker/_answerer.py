@@ -9,13 +9,13 @@ group, not to the replica that showed the question.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict
 
 from ._errors import AskError, ErrorCode
-from ._models import Answers, AskRequest, Offer, Retraction, Settlement
+from ._models import Answers, AskRequest, Offer, Retraction, Settlement, Status
 from ._types import Sender
 
 if TYPE_CHECKING:
@@ -59,6 +59,8 @@ class GroupHandle:
         take: Callable[[str], Offer | None] | None = None,
         restore: Callable[[Offer], None] | None = None,
         sender: Sender | None = None,
+        live: Callable[[], bool] | None = None,
+        fleet: Callable[[], Awaitable[Status]] | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -68,6 +70,20 @@ class GroupHandle:
         self._sender = sender
         self._take = take or (lambda request_id: None)
         self._restore = restore or (lambda offer: None)
+        self._live = live or (lambda: False)
+        self._fleet = fleet
+
+    @property
+    def live(self) -> bool:
+        """Whether this replica is registered and taking offers (a readiness probe)."""
+        return self._live()
+
+    async def fleet(self) -> Status:
+        """Every group (priority, live replicas, entries pending) and the oldest pending
+        requests, as `askq status` shows them (a dashboard)."""
+        if self._fleet is None:
+            raise AskError(ErrorCode.INTERNAL, f"group {self.name} has no view of the fleet")
+        return await self._fleet()
 
     async def request(self, request_id: str) -> AskRequest:
         """The request: its questions, scope and caller. NOT_FOUND once expired."""

@@ -24,7 +24,7 @@ from ._connections import CONNECTION_ERRORS, redis_errors
 from ._errors import AskError, ErrorCode
 from ._heartbeat import keep_beating
 from ._keys import Keys
-from ._messages import ABORTED_MESSAGE, TIMED_OUT_MESSAGE
+from ._messages import ABORTED_MESSAGE, TIMED_OUT_MESSAGE, WITHDRAWN_MESSAGE
 from ._models import (
     Answers,
     AskInput,
@@ -37,10 +37,12 @@ from ._models import (
     parse_input,
 )
 from ._pending import PendingAsk
+from ._reasons import CancelReason
 from ._replies import Reply, refusal
 from ._requests import RequestInfo, Requests
 from ._scripts import Scripts
 from ._settings import Settings
+from ._tracing import ask_span
 from ._types import AbortSignal, OnTimeout
 from ._waiter import ReplyWaiter
 
@@ -58,6 +60,7 @@ def build_request(
     scope: Mapping[str, str] | None = None,
     *,
     idempotency_key: str | None = None,
+    trace: str | None = None,
 ) -> AskRequest:
     """A validated request (INVALID_REQUEST naming what is wrong), with a new id."""
     if isinstance(questions, AskInput):
@@ -81,6 +84,7 @@ def build_request(
         caller=caller,
         created_ms=int(time.time() * 1000),
         idempotency=digest,
+        trace=trace,
     )
 
 
@@ -147,66 +151,89 @@ class Asking:
         on_timeout: OnTimeout = "fail",
         default: Any = None,
         idempotency_key: str | None = None,
+        on_published: Callable[[str], None] | None = None,
     ) -> Answers:
-        request = build_request(questions, caller, scope, idempotency_key=idempotency_key)
-        timeout_ms = duration_ms(timeout, "timeout") if timeout is not None else 0
-        body = timeout_settlement(request, timeout, on_timeout, default)
-        if signal is not None and signal.is_set():
-            raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
-        pending = PendingAsk(self, request, timeout_ms, body)
-        try:
-            reply = await pending.publish(signal)
-        except asyncio.CancelledError:
-            # Cancelled while publishing: the request may be out there with nobody
-            # waiting for it, so withdraw it (a no-op if it never got published).
-            pending.forget()
-            await self.withdraw(pending.request_id)
-            raise
-        except BaseException:
-            pending.forget()
-            if pending.maybe_sent:  # it may be live, with nobody waiting for it now
-                await self.withdraw(pending.request_id)
-            raise
-        if reply.kind is Reply.SETTLED:
-            pending.forget()
-            if not reply.value(0):
-                raise AskError(
-                    ErrorCode.NOT_FOUND, f"request {pending.request_id!r} settled and expired"
-                )
-            return Settlement.model_validate_json(reply.value(0)).result()
-        if reply.kind not in (Reply.OFFERED, Reply.ATTACHED):
-            pending.forget()
-            raise refusal(
-                reply,
-                pending.request_id,
-                agent_id=caller.agent_id,
+        # One span from here to the settlement (a no-op context without the otel extra);
+        # its traceparent travels in the request, so the answerers' spans join it. In
+        # this coroutine, not one around it: a frame per pending ask more is megabytes.
+        with ask_span(caller.agent_id, caller.turn_id) as span:
+            request = build_request(
+                questions,
+                caller,
+                scope,
                 idempotency_key=idempotency_key,
+                trace=span.traceparent if span is not None else None,
             )
-        if pending.request_id == request.id:
-            self.requests.remember(RequestInfo(request=request, inbox=pending.inbox))
-        else:  # reattached to an earlier ask's request: its own facts are in Redis
-            self.requests.forget(pending.request_id)
-        self.waiter.published(pending.request_id)
-        timer = None
-        if timeout is not None:
-            # The caller enforces its own timeout (the sweeper does too, for a caller
-            # that is gone); firing is guarded, so only one of them does.
-            timer = asyncio.get_running_loop().call_later(
-                timeout, lambda: self._spawn(pending.time_out())
-            )
-        try:
-            return (await pending.wait(signal)).result()
-        finally:
-            if timer is not None:
-                timer.cancel()
+            if span is not None:
+                span.request(request.id)
+            timeout_ms = duration_ms(timeout, "timeout") if timeout is not None else 0
+            body = timeout_settlement(request, timeout, on_timeout, default)
+            if signal is not None and signal.is_set():
+                raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE)
+            pending = PendingAsk(self, request, timeout_ms, body)
+            try:
+                reply = await pending.publish(signal)
+            except asyncio.CancelledError:
+                # Cancelled while publishing: the request may be out there with nobody
+                # waiting for it, so withdraw it (a no-op if it never got published).
+                pending.forget()
+                await self.withdraw(pending.request_id)
+                raise
+            except BaseException:
+                pending.forget()
+                if pending.maybe_sent:  # it may be live, with nobody waiting for it now
+                    await self.withdraw(pending.request_id)
+                raise
+            if reply.kind is Reply.SETTLED:
+                pending.forget()
+                if not reply.value(0):
+                    raise AskError(
+                        ErrorCode.NOT_FOUND, f"request {pending.request_id!r} settled and expired"
+                    )
+                return Settlement.model_validate_json(reply.value(0)).result()
+            if reply.kind not in (Reply.OFFERED, Reply.ATTACHED):
+                pending.forget()
+                raise refusal(
+                    reply,
+                    pending.request_id,
+                    agent_id=caller.agent_id,
+                    idempotency_key=idempotency_key,
+                )
+            if pending.request_id == request.id:
+                self.requests.remember(RequestInfo(request=request, inbox=pending.inbox))
+            else:  # reattached to an earlier ask's request: its own facts are in Redis
+                self.requests.forget(pending.request_id)
+            self.waiter.published(pending.request_id)
+            if on_published is not None:
+                on_published(pending.request_id)
+            timer = None
+            if timeout is not None:
+                # The caller enforces its own timeout (the sweeper does too, for a caller
+                # that is gone); firing is guarded, so only one of them does.
+                timer = asyncio.get_running_loop().call_later(
+                    timeout, lambda: self._spawn(pending.time_out())
+                )
+            try:
+                return (await pending.wait(signal)).result()
+            finally:
+                if timer is not None:
+                    timer.cancel()
 
     # --- withdrawing -------------------------------------------------------------------
 
-    async def cancel(self, request_id: str, code: ErrorCode, message: str, *, by: str) -> bool:
+    async def cancel(
+        self,
+        request_id: str,
+        code: ErrorCode,
+        message: str,
+        *,
+        by: str,
+        reason: CancelReason = CancelReason.WITHDRAWN,
+    ) -> bool:
         """Settle a pending request as CANCELLED; False if it had already settled."""
         body = Settlement(state="CANCELLED", code=code, message=message, by=by)
         reply = await self.scripts.cancel(
-            request_id, code.value, body.model_dump_json(exclude_none=True), by
+            request_id, code.value, body.model_dump_json(exclude_none=True), by, reason.value
         )
         return reply.kind is Reply.CANCELLED
 
@@ -220,7 +247,7 @@ class Asking:
 
     async def _withdraw_once(self, request_id: str, *, retry_later: bool) -> bool:
         try:
-            await self.cancel(request_id, ErrorCode.ABORTED, ABORTED_MESSAGE, by="caller")
+            await self.cancel(request_id, ErrorCode.ABORTED, WITHDRAWN_MESSAGE, by="caller")
         except AskError as exc:
             if exc.code is ErrorCode.REDIS_UNAVAILABLE:
                 if retry_later:

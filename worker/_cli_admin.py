@@ -1,46 +1,126 @@
-"""The operator's commands: `askq status` and `askq group list | remove | prune`."""
+"""The operator's commands: `askq status` and `askq group list | remove | prune |
+set-priority`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import click
 
 from ._cli_base import run_cli
+from ._cli_inspect import clock
+from ._connections import redacted
 from ._models import GroupStatus
 from ._seam import Seam
 from ._settings import Settings
+from ._status import FullStatus, full_status
 from ._text import visible
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--limit", default=50, show_default=True, help="Requests to list.")
+@click.option("--limit", default=50, show_default=True, help="Pending requests to list.")
+@click.option("--watch", is_flag=True, help="Refresh in place until Ctrl-C.")
+@click.option(
+    "--interval",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="--watch: seconds.",
+)
+@click.option("--wide", is_flag=True, help="Never fold a column (lines as long as they need).")
 @click.pass_obj
-def status(settings: Settings, as_json: bool, limit: int) -> None:
-    """Answerer groups (priority, live replicas, pending offers) and pending requests."""
+def status(
+    settings: Settings, as_json: bool, limit: int, watch: bool, interval: float, wide: bool
+) -> None:
+    """Answerer groups (priority, scope, kind, live replicas and their heartbeats),
+    sweepers, pending requests by state and tier (the oldest listed, full ids) and
+    channel sends that gave up."""
+    from rich.console import Console
 
-    async def run() -> Any:
+    console = Console(highlight=False, width=100_000 if wide else None, soft_wrap=wide)
+    if watch and not as_json:
+        run_cli(lambda: _watch(settings, limit, interval, console))
+        return
+
+    async def run() -> FullStatus:
         async with Seam(settings=settings) as seam:
-            return await seam.status(limit=limit)
+            return await full_status(seam, limit)
 
     result = run_cli(run)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
         return
-    from rich.console import Console
+    console.print(_screen(result, settings))
 
-    console = Console(highlight=False)
-    console.print(_groups_table(result.groups))
+
+async def _watch(settings: Settings, limit: int, interval: float, console: Any) -> None:
+    """The status screen, redrawn in place every `interval` s until Ctrl-C/SIGTERM."""
+    import asyncio
+
+    from rich.live import Live
+
+    from ._runtime import stop_on_signals
+
+    stop = stop_on_signals()
+    async with Seam(settings=settings) as seam:
+        with Live(console=console, auto_refresh=False) as live:
+            while not stop.is_set():
+                live.update(_screen(await full_status(seam, limit), settings), refresh=True)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), interval)
+
+
+def _age(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f}s ago"
+
+
+def _screen(s: FullStatus, settings: Settings) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+
+    parts: list[Any] = [
+        Text(visible(f"askq on {redacted(settings.redis_url)}, prefix {settings.prefix}"))
+    ]
+    parts.append(_groups_table(s.groups))
+    replicas = _table("live replicas", ["group", "replica", "heartbeat", "live for"])
+    replicas.columns[1].no_wrap = True
+    for g in s.groups:
+        for replica in g.replicas:
+            replicas.add_row(
+                *_cells(
+                    g.name,
+                    replica.name,
+                    _age(replica.beat_age_seconds),
+                    f"{replica.live_for_seconds:.1f}s",
+                )
+            )
+    parts.append(replicas if replicas.row_count else Text("live replicas: none"))
+    sweepers = _table("sweepers", ["sweeper", "heartbeat", "state", "timers fired"])
+    for w in s.sweepers:
+        state = "live" if w.live else "gone"
+        sweepers.add_row(*_cells(w.name, _age(w.beat_age_seconds), state, str(w.fired)))
+    parts.append(
+        sweepers
+        if sweepers.row_count
+        else Text("sweepers: none (decision windows, escalations, reminders and timeouts wait)")
+    )
+    states = ", ".join(f"{state} {n}" for state, n in s.pending_by_state.items()) or "none"
+    tiers = ", ".join(f"tier {tier}: {n}" for tier, n in s.pending_by_tier.items()) or "-"
+    parts.append(Text(f"pending: {s.pending_total} ({states}; {tiers})"))
     requests = _table(
-        "pending requests",
+        "pending requests (oldest first)",
         ["request", "state", "tier", "waiting on", "header", "agent", "turn", "age"],
     )
-    for r in result.requests:
+    requests.columns[0].no_wrap = True  # the id an operator acts on: never cut or wrapped
+    requests.columns[0].min_width = 32
+    for r in s.requests:
         requests.add_row(
             *_cells(
-                r.id[:12],
+                r.id,
                 r.state,
                 str(r.tier),
                 ",".join(r.claimers or r.undecided),
@@ -50,13 +130,28 @@ def status(settings: Settings, as_json: bool, limit: int) -> None:
                 f"{r.age_seconds:.0f}s",
             )
         )
-    console.print(requests)
+    if requests.row_count:
+        parts.append(requests)
+    parts.append(Text(f"failed sends: {s.failed_sends_total}"))
+    if s.failed_sends:
+        failed = _table(
+            "latest failed sends", ["when", "queue", "job", "request", "tries", "error"]
+        )
+        failed.columns[3].no_wrap = True
+        for f in s.failed_sends:
+            when = clock(int(f.id.partition("-")[0]))[:19]
+            failed.add_row(*_cells(when, f.queue, f.job, f.request, str(f.tries), f.error))
+        parts.append(failed)
+    return Group(*parts)
 
 
 def _table(title: str, columns: list[str]) -> Any:
     from rich.table import Table
 
-    return Table(*columns, title=title)
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
 
 
 def _cells(*values: str) -> list[Any]:
@@ -67,8 +162,11 @@ def _cells(*values: str) -> list[Any]:
     return [Text(visible(value)) for value in values]
 
 
-def _groups_table(groups: list[GroupStatus]) -> Any:
-    table = _table("groups", ["group", "kind", "priority", "scope", "live replicas", "pending"])
+def _groups_table(groups: Sequence[GroupStatus]) -> Any:
+    table = _table(
+        "groups (tiers by priority, lowest first)",
+        ["group", "kind", "priority", "scope", "live replicas", "pending"],
+    )
     for g in groups:
         scope = ", ".join(f"{k}={v}" for k, v in g.scope.items()) or "*"
         table.add_row(
@@ -129,3 +227,23 @@ def group_prune(settings: Settings) -> None:
 
     removed = run_cli(run)
     click.echo(f"removed {len(removed)} group(s) with no live replica: {', '.join(removed) or '-'}")
+
+
+@group.command("set-priority")
+@click.argument("name")
+@click.argument("priority", type=int)
+@click.pass_obj
+def group_set_priority(settings: Settings, name: str, priority: int) -> None:
+    """Move group NAME to PRIORITY (its tier). A group has one priority, which its
+    running replicas hold, so stop them first; what it held is given back (the
+    waterfall moves on), then start them again with --priority PRIORITY."""
+
+    async def run() -> int:
+        async with Seam(settings=settings) as seam:
+            return await seam.registry.set_priority(name, priority)
+
+    moved = run_cli(run)
+    click.echo(
+        f"group {name} now has priority {priority}; {moved} request(s) it held moved on."
+        f" Start its replicas with --priority {priority}"
+    )

@@ -1,19 +1,25 @@
 """What every `askq` command shares: a failure is one `CODE: message` line and the
-code's exit status, never a traceback; log lines show agent text escaped."""
+code's exit status, never a traceback; log lines show agent text escaped; the global
+options (`--redis-url`, `--prefix`, `-v`, `--log-format`) work before the command
+and after it (`askq status --prefix x` as well as `askq --prefix x status`)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import click
+from pydantic import ValidationError
 from redis.exceptions import RedisError
 
+from ._connections import check_redis_url
 from ._errors import AskError, ErrorCode
+from ._logging import LOG_FORMATS
+from ._logging import configure as configure_log
+from ._settings import Settings, settings_error
 from ._text import visible
 
 T = TypeVar("T")
@@ -24,26 +30,109 @@ def fail(exc: AskError) -> None:
     sys.exit(exc.exit_status)
 
 
-class _VisibleFormatter(logging.Formatter):
-    """Log lines as a terminal should show them: agent text in a message (a label in a
-    refused answer, a header) cannot move the cursor or retitle the window."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return visible(super().format(record), multiline=True)
+def configure_logging(given: dict[str, Any]) -> None:
+    configure_log(given.get("verbose", 0), given.get("log_format") or "text")
 
 
-def log_to_stderr() -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(_VisibleFormatter("%(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    if not root.handlers:  # an embedding program's own logging wins
-        root.addHandler(handler)
-        root.setLevel(os.environ.get("ASKQ_LOG_LEVEL", "WARNING").upper())
+# --- global options ------------------------------------------------------------------
+
+_GLOBALS = "askq.globals"  # ctx.meta key: what the global options were given, so far
+# Commands that have options of these names of their own (`askq demo --redis-url`).
+_OWN_GLOBALS = {"demo"}
+
+
+def _given(ctx: click.Context) -> dict[str, Any]:
+    given: dict[str, Any] = ctx.meta.setdefault(_GLOBALS, {})
+    return given
+
+
+def settings_for(given: dict[str, Any]) -> Settings:
+    """The settings with the global options' overrides; a bad value is one
+    CONFIG_ERROR naming it (a malformed Redis URL included), never a traceback."""
+    overrides = {k: given[k] for k in ("redis_url", "prefix") if given.get(k)}
+    try:
+        settings = Settings(**overrides)
+        check_redis_url(settings.redis_url)
+    except ValidationError as exc:
+        fail(settings_error(exc))
+        raise AssertionError("unreachable") from None
+    except AskError as exc:
+        fail(AskError(exc.code, f"--redis-url / ASKQ_REDIS_URL: {exc.message}"))
+        raise AssertionError("unreachable") from None
+    return settings
+
+
+def _apply_global(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is None or value == 0 or param.name is None:
+        return  # not given here (the other side of the command may have it)
+    given = _given(ctx)
+    given[param.name] = value
+    if param.name in ("verbose", "log_format"):
+        configure_logging(given)
+    else:
+        ctx.obj = settings_for(given)
+
+
+def global_options() -> list[click.Option]:
+    """The options every command takes, before or after its name (new objects each
+    time: a click parameter belongs to one command)."""
+    return [
+        click.Option(
+            ["--redis-url"],
+            default=None,
+            expose_value=False,
+            callback=_apply_global,
+            help="Redis URL (ASKQ_REDIS_URL; default redis://localhost:6379/0).",
+        ),
+        click.Option(
+            ["--prefix"],
+            default=None,
+            expose_value=False,
+            callback=_apply_global,
+            help="Key prefix (ASKQ_PREFIX; default askq).",
+        ),
+        click.Option(
+            ["-v", "--verbose"],
+            count=True,
+            expose_value=False,
+            callback=_apply_global,
+            help="Log more: -v each decision, settlement and timer fired; -vv debug.",
+        ),
+        click.Option(
+            ["--log-format"],
+            type=click.Choice(LOG_FORMATS),
+            default=None,
+            expose_value=False,
+            callback=_apply_global,
+            help="Log lines as text (default) or one JSON object each.",
+        ),
+    ]
+
+
+def add_global_options(command: click.Command) -> click.Command:
+    """Give a command (and every command of a group) the global options, unless it
+    has options of those names of its own. Idempotent."""
+    if getattr(command, "_askq_globals", False) or command.name in _OWN_GLOBALS:
+        return command
+    taken = {opt for p in command.params for opt in p.opts + p.secondary_opts}
+    for option in global_options():
+        if not taken.intersection(option.opts):
+            command.params.append(option)
+    command._askq_globals = True  # type: ignore[attr-defined]
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_global_options(sub)
+    return command
 
 
 class CliGroup(click.Group):
     """The command group: whatever escapes a command (a bug) is one `INTERNAL:` line
-    and exit status 1, not a traceback; `ASKQ_DEBUG=1` shows the traceback."""
+    and exit status 1, not a traceback; `ASKQ_DEBUG=1` shows the traceback. Every
+    command it resolves takes the global options after its name too."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        return add_global_options(command) if command is not None else None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

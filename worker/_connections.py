@@ -19,6 +19,7 @@ import hiredis
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._errors import AskError, ErrorCode
@@ -48,6 +49,8 @@ class _HiredisPacking:
         except NotConnected:
             raise
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise NotConnected(str(exc)) from exc
+        except ResponseError as exc:  # SELECT of a database the server does not have
             raise NotConnected(str(exc)) from exc
 
     def pack_command(self, *args: Any) -> list[bytes]:
@@ -114,6 +117,23 @@ def blocking_client(source: Redis | None, settings: Settings, name: str | None =
     kwargs["socket_timeout"] = settings.block_seconds + settings.socket_timeout
     pool = BlockingConnectionPool(connection_class=cls, max_connections=1, timeout=None, **kwargs)
     return Redis(connection_pool=pool)
+
+
+def check_redis_url(url: str) -> None:
+    """CONFIG_ERROR naming what is wrong with a Redis URL (scheme, port, database,
+    options), before anything connects. redis-py drops a database path that is not a
+    number without a word, so askq would quietly use database 0; that is refused too."""
+    where = f"Redis URL {redacted(url)}"
+    try:
+        ConnectionPool.from_url(url)
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise AskError(ErrorCode.CONFIG_ERROR, f"{where}: {exc}") from None
+    db = parts.path.lstrip("/") if parts.scheme != "unix" else ""
+    if db and not db.isdigit():
+        raise AskError(
+            ErrorCode.CONFIG_ERROR, f"{where}: database {db!r} is not a number (0, 1, ...)"
+        )
 
 
 def redacted(url: str) -> str:

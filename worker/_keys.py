@@ -22,6 +22,12 @@ touch any of them atomically (as bullmq does with `bull:{queue}:`).
 | {p}:consumers:<group>      | zset   | replica -> ms until which it is live                |
 | {p}:tier:<priority>        | stream | offers to the groups of that priority               |
 | {p}:events                 | stream | settlements and fall-throughs (answerers retract)   |
+| {p}:audit:<id>             | list   | a request's audit trail (JSON entries); its TTL     |
+| {p}:audit                  | stream | every trail entry, capped (if enabled; audit tail)  |
+| {p}:recent                 | zset   | settled request ids by settlement ms (capped, TTL)  |
+| {p}:sweepers               | hash   | sweeper replica -> JSON (last beat, ttl, host, pid) |
+| {p}:beats:<group>          | hash   | replica -> ms of its last heartbeat (status)        |
+| {p}:sends:failed           | stream | channel sends that gave up (capped; status)         |
 | {p}:timers                 | zset   | deadlines (lua/fire.lua) by due time in ms          |
 | {p}:timers:wake            | list   | pushed when a new timer is the earliest             |
 | {p}:callers                | set    | caller processes that have asked                    |
@@ -113,6 +119,34 @@ class Keys:
     @property
     def events(self) -> str:
         return f"{self.base}:events"
+
+    def audit(self, request_id: str) -> str:
+        """A request's audit trail: one JSON entry per transition, kept as long as it."""
+        return f"{self.base}:audit:{request_id}"
+
+    @property
+    def audit_log(self) -> str:
+        """Every trail entry of the deployment, capped (when `audit_stream_maxlen` > 0)."""
+        return f"{self.base}:audit"
+
+    @property
+    def recent(self) -> str:
+        """The settled requests by settlement time (ms): capped, and forgets the expired."""
+        return f"{self.base}:recent"
+
+    @property
+    def sweepers(self) -> str:
+        """The sweeper replicas, each with its last heartbeat."""
+        return f"{self.base}:sweepers"
+
+    def beats(self, group: str) -> str:
+        """A group's replicas -> the server ms of each one's last heartbeat."""
+        return f"{self.base}:beats:{group}"
+
+    @property
+    def send_failures(self) -> str:
+        """Channel sends that gave up after their last try (capped)."""
+        return f"{self.base}:sends:failed"
 
     @property
     def timers(self) -> str:

@@ -2,9 +2,10 @@
 each, its header saying what it uses and what it replies (as bullmq's command headers
 do)::
 
-    -- uses: req timers wake group_info tier
-    -- args: tier_prefix settled_ttl events_maxlen request_id group tier offer
-    -- replies: CLAIMED | SETTLED state by code | NOT_FOUND | STALE_OFFER | NOT_OFFERED
+    -- uses: req timers wake group_info tier audit audit_log
+    -- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id group
+-- args: tier offer
+    -- replies: CLAIMED | SETTLED state by code reason | NOT_FOUND | STALE_OFFER | NOT_OFFERED
 
 `uses` names the keys, `args` the arguments, in the order they are sent (a line may
 repeat to continue the list). The loader turns them into two tables the script reads,

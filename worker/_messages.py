@@ -16,6 +16,11 @@ TIMED_OUT_MESSAGE = (
     "Nobody answered this question in time. Continue with your best judgement, or report"
     " the open question in your final result."
 )
+WITHDRAWN_MESSAGE = (
+    "This call was cancelled (its abort signal fired or its task was cancelled), so the"
+    " question was withdrawn before anyone answered. Stop here and wait for the user's"
+    " next message."
+)
 CALLER_GONE_MESSAGE = "The process that asked this question stopped, so the question was withdrawn."
 CLOSED_MESSAGE = (
     "This process stopped waiting for the answer (its askq client was closed), so the"

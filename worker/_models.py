@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ._errors import AskError, ErrorCode
+from ._reasons import cancelled_because, why_cancelled
 from ._text import problems_message, quoted
 
 # Documented limits (README, "Limits"). They keep a question readable on every channel
@@ -136,6 +137,9 @@ class AskRequest(_Strict):
     caller: Caller
     created_ms: int
     idempotency: str | None = None
+    # W3C traceparent of the caller's `askq.ask` span (the 'otel' extra), so the
+    # answering side's spans join the agent's trace.
+    trace: str | None = Field(default=None, max_length=512)
 
 
 class RequestState(StrEnum):
@@ -188,6 +192,7 @@ class Offer(_Strict):
     scope: dict[str, str]
     caller: Caller
     created_ms: int
+    trace: str | None = None  # the request's traceparent (see AskRequest.trace)
 
 
 class Retraction(_Strict):
@@ -198,13 +203,20 @@ class Retraction(_Strict):
     state: RequestState
     code: str | None = None
     by: str | None = None
+    cause: str | None = None  # why it was cancelled (a `CancelReason`)
+
+    @property
+    def why_cancelled(self) -> str | None:
+        """For a cancellation, what happened (`the turn was aborted`, `the caller is
+        gone`, `the caller withdrew the question`, `the ask timed out`), if known."""
+        return why_cancelled(self.cause, self.code) if self.state == "CANCELLED" else None
 
     @property
     def reason(self) -> str:
         if self.state == "ANSWERED":
             return f"answered elsewhere by {self.by}" if self.by else "answered elsewhere"
         if self.state == "CANCELLED":
-            return "cancelled (turn aborted)" if self.code == "ABORTED" else "cancelled"
+            return cancelled_because(self.cause, self.code)
         if self.state == "FAILED":
             return "no longer pending"
         return "escalated to another answerer"
@@ -235,6 +247,8 @@ class GroupStatus(BaseModel):
     scope: dict[str, str] = {}
     live_consumers: int
     pending: int
+    # Live replicas: seconds since each one's last heartbeat (a dashboard's view).
+    heartbeat_ages: dict[str, float] = {}
 
 
 class Status(BaseModel):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ._checks import duration_ms
 from ._connections import CONNECTION_ERRORS, NotConnected
 from ._errors import AskError, ErrorCode
-from ._messages import ABORTED_MESSAGE
+from ._messages import WITHDRAWN_MESSAGE
 from ._models import AskRequest, Settlement
 from ._replies import Reply, ScriptReply
 from ._scripts import AskSend
@@ -116,7 +116,7 @@ class PendingAsk:
                     "ask %s: no reply from Redis (%s); sending it again", self.request_id, exc
                 )
                 if await _aborted_within(signal, pause):
-                    raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE) from None
+                    raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE) from None
                 pause = min(pause * 2, RESEND_MAX)
                 continue
             if reply.kind not in (Reply.OWNER, Reply.REDIRECT, Reply.GONE):
@@ -164,7 +164,7 @@ class PendingAsk:
                 if not future.done() and not await asking.withdraw(self.request_id):
                     # Redis out of reach: the withdrawal lands once it is back; the
                     # turn is over now.
-                    raise AskError(ErrorCode.ABORTED, ABORTED_MESSAGE)
+                    raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE)
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             if not future.done():

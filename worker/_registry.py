@@ -217,7 +217,14 @@ class Registry:
                 (await self.priorities()).items(), key=lambda kv: (kv[1], kv[0])
             ):
                 info = json.loads(infos.get(name, "{}"))
-                live = await redis.zcount(k.consumers(name), now + 1, "+inf")
+                replicas = await redis.zrangebyscore(
+                    k.consumers(name), now + 1, "+inf", withscores=True
+                )
+                ttl_ms = _ttl_ms(self.settings)
+                ages = {
+                    str(replica): round(max(0, ttl_ms - (expiry - now)) / 1000, 1)
+                    for replica, expiry in replicas
+                }
                 try:
                     pending = (await redis.xpending(k.tier(priority), name))["pending"]
                 except ResponseError:
@@ -228,8 +235,9 @@ class Registry:
                         priority=priority,
                         kind=info.get("kind", ""),
                         scope=info.get("scope", {}),
-                        live_consumers=live,
+                        live_consumers=len(ages),
                         pending=pending,
+                        heartbeat_ages=ages,
                     )
                 )
         return rows
@@ -316,6 +324,35 @@ class Registry:
             raise AskError(
                 ErrorCode.CONFIG_ERROR, f"group {group} has a live replica again: stop it first"
             )
+        await self.scripts.tier_streams(refresh=True)
+        return moved
+
+    async def set_priority(self, group: str, priority: int) -> int:
+        """Move a group with no live replica to `priority` (lua/set_priority.lua says
+        why a live one is refused): what it held on its old tier is given back first
+        (the waterfall moves on, as for `remove`), then the registry and its consumer
+        group move in one step. Returns how many requests moved on."""
+        old = (await self.priorities()).get(group)
+        if old is None:
+            raise AskError(ErrorCode.NOT_FOUND, f"no group {group!r} is registered")
+        live = await self.live_replicas(group)
+        if live:
+            raise AskError(
+                ErrorCode.CONFIG_ERROR,
+                f"group {group} has {len(live)} live replica(s) ({', '.join(live)}): a group"
+                " has one priority, which its running replicas hold; stop them first, then"
+                f" set its priority and start them with --priority {priority}",
+            )
+        if old == priority:
+            return 0
+        moved = await self.give_back_all(group, old, ADMIN_CONSUMER, 0)
+        reply = await self.scripts.set_priority(group, old, priority)
+        if reply.kind is Reply.LIVE:
+            raise AskError(
+                ErrorCode.CONFIG_ERROR, f"group {group} has a live replica again: stop it first"
+            )
+        if reply.kind is Reply.NOT_FOUND:
+            raise AskError(ErrorCode.NOT_FOUND, f"group {group!r} was removed meanwhile")
         await self.scripts.tier_streams(refresh=True)
         return moved
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from ._errors import AskError, ErrorCode
 from ._messages import ABORTED_MESSAGE, delegated
+from ._reasons import why_cancelled
 from ._text import quoted
 
 
@@ -44,6 +45,7 @@ class Reply(StrEnum):
     OK = "OK"  # registered: '1' if something had to be written again
     CONFLICT = "CONFLICT"  # the group is registered otherwise: priority, info JSON
     REMOVED = "REMOVED"
+    MOVED = "MOVED"  # set_priority: the group is at its new priority
     LIVE = "LIVE"  # not removed, a replica is live: how many
 
 
@@ -64,12 +66,13 @@ class ScriptReply:
         return self.values[index] if index < len(self.values) else default
 
 
-def settled_detail(state: str, by: str, code: str) -> str:
+def settled_detail(state: str, by: str, code: str, reason: str = "") -> str:
     """How a settled request is described to someone whose answer came too late."""
     if state == "ANSWERED":
         return f"answered by {by}" if by else "answered"
     if state == "CANCELLED":
-        return "cancelled (the turn was aborted)" if code == "ABORTED" else "cancelled"
+        why = why_cancelled(reason, code)
+        return f"cancelled ({why})" if why else "cancelled"
     return f"failed ({code})" if code else "failed"
 
 
@@ -96,7 +99,7 @@ def refusal(
             " questions; use a new key for a new ask",
         )
     if kind is Reply.SETTLED:
-        detail = settled_detail(reply.value(0), reply.value(1), reply.value(2))
+        detail = settled_detail(reply.value(0), reply.value(1), reply.value(2), reply.value(3))
         return AskError(ErrorCode.ALREADY_SETTLED, f"already settled: {detail}")
     if kind is Reply.NOT_FOUND:
         return AskError(ErrorCode.NOT_FOUND, f"no request {request_id!r} (unknown or expired)")

@@ -22,7 +22,18 @@ from ._models import TERMINAL, AskRequest, RequestState, RequestStatus, Settleme
 from ._settings import Settings
 
 INFO_CACHE = 8192
-_FIELDS = ["state", "tier", "offer", "undecided", "claimers", "by", "code", "inbox", "created_ms"]
+_FIELDS = [
+    "state",
+    "tier",
+    "offer",
+    "undecided",
+    "claimers",
+    "by",
+    "code",
+    "inbox",
+    "created_ms",
+    "reason",
+]
 
 
 class RequestInfo(BaseModel):
@@ -45,6 +56,7 @@ class RequestRow:
     code: str
     inbox: str | None
     created_ms: int | None
+    reason: str = ""  # why it was cancelled (a CancelReason), once it was
 
     @property
     def settled(self) -> bool:
@@ -65,7 +77,7 @@ class RequestRow:
 
 
 def _row(fields: Sequence[str | None]) -> RequestRow | None:
-    state, tier, offer, undecided, claimers, by, code, inbox, created = fields
+    state, tier, offer, undecided, claimers, by, code, inbox, created, reason = fields
     if state is None:
         return None
     return RequestRow(
@@ -78,6 +90,7 @@ def _row(fields: Sequence[str | None]) -> RequestRow | None:
         code=code or "",
         inbox=inbox,
         created_ms=int(created) if created is not None else None,
+        reason=reason or "",
     )
 
 

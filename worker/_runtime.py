@@ -26,20 +26,23 @@ import os
 import re
 import signal
 import socket
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from . import _metrics, _tracing
 from ._answerer import FINAL_REFUSALS, Answerer, GroupHandle
+from ._answering import Answering
 from ._blocking import BlockingLoop, raise_if_cancelled
 from ._checks import duration_ms
 from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
 from ._heartbeat import keep_beating
 from ._hooks import HookResult, call_hook
-from ._models import AskRequest, Offer, scope_matches
+from ._models import Answers, AskRequest, Offer, Retraction, scope_matches
 from ._registry import GroupSpec
 from ._replies import Reply
 from ._requests import RequestInfo
@@ -91,6 +94,33 @@ def _is_answer_at_once(value: Any) -> bool:
     if not (isinstance(value, tuple) and len(value) == 2):
         return False
     return isinstance(value[1], str) and bool(value[1])
+
+
+class _CountedAnswering(Answering):
+    """The group's answers and releases (from any replica, through its GroupHandle)
+    counted, logged and traced as the group's outcomes."""
+
+    def __init__(self, answering: Answering, runtime: AnswererRuntime) -> None:
+        super().__init__(answering.scripts, answering.requests)
+        self._runtime = runtime
+
+    async def answer(
+        self, request_id: str, group: str, answers: Any, *, by: str, tier: int | None = None
+    ) -> Answers:
+        trace = None
+        if _tracing.ENABLED:
+            with contextlib.suppress(AskError):  # cached for offers read here
+                trace = (await self._runtime.seam.requests.request(request_id)).trace
+        with _tracing.joined("askq.answer", trace, request_id=request_id, group=group, by=by):
+            valid = await super().answer(request_id, group, answers, by=by, tier=tier)
+        await self._runtime.settled_here(request_id, "answered", by)
+        return valid
+
+    async def release(self, request_id: str, group: str) -> bool:
+        released = await super().release(request_id, group)
+        if released:
+            await self._runtime.settled_here(request_id, "released", "")
+        return released
 
 
 class AnswererRuntime:
@@ -146,16 +176,20 @@ class AnswererRuntime:
             answerer.remind,
             self._in_background,
             block_ms,
+            on_retract=self._retracted,
+            on_remind=self._reminded,
         )
         self._handle = GroupHandle(
             group,
-            answering=seam.answering,
+            answering=_CountedAnswering(seam.answering, self),
             requests=seam.requests,
             store=ChannelStore(seam.redis, seam.keys.base, answerer.kind, settings),
             priority=self.priority,
             take=self.shown.take,
             restore=self.shown.show,
             sender=self.sends.enqueue if answerer.uses_sends else None,
+            live=self.ready.is_set,
+            fleet=seam.status,
         )
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -342,6 +376,7 @@ class AnswererRuntime:
             else:
                 request = AskRequest.model_validate_json(fields["payload"])
                 self.seam.requests.remember(RequestInfo(request=request, inbox=fields["inbox"]))
+                _metrics.recorder.offered(self.group, self.priority)
                 await self._handle_offer(self._offer(entry_id, request))
         except (AskError, *CONNECTION_ERRORS) as exc:
             if isinstance(exc, AskError) and exc.code is not ErrorCode.REDIS_UNAVAILABLE:
@@ -379,22 +414,32 @@ class AnswererRuntime:
             scope=request.scope,
             caller=request.caller,
             created_ms=request.created_ms,
+            trace=request.trace,
         )
 
     async def _handle_offer(self, offer: Offer) -> None:
         """A fresh offer: decide, then claim or decline. The scripts check that it is
         still this group's to decide (and acknowledge it when it is not). An answerer
         that fails, hangs or answers with something that is not an answer declines."""
+        with _tracing.joined(
+            "askq.offer", offer.trace, request_id=offer.request_id, group=self.group
+        ):
+            await self._decide_and_claim(offer)
+
+    async def _decide_and_claim(self, offer: Offer) -> None:
         answering = self.seam.answering
         decline = (offer.request_id, offer.group, offer.tier, offer.offer_id)
+        started = time.monotonic()
         if not await self._decide(offer):
             await answering.decline(*decline)
+            self._decided(offer, "declined", started)
             return
         at_once = await self._call_hook(
             "answer_at_once", offer.request_id, self.answerer.answer_at_once(offer)
         )
         if not at_once.ok:
             await answering.decline(*decline)
+            self._decided(offer, "declined", started)
         elif at_once.value is not None:
             if not _is_answer_at_once(at_once.value):
                 log.error(
@@ -404,6 +449,7 @@ class AnswererRuntime:
                     cut(visible(repr(at_once.value)), 200),
                 )
                 await answering.decline(*decline)
+                self._decided(offer, "declined", started)
                 return
             answers, by = at_once.value
             try:
@@ -412,9 +458,14 @@ class AnswererRuntime:
                 if exc.code is ErrorCode.INVALID_REQUEST:
                     log.warning("%s answer to %s refused: %s", self.group, offer.request_id, exc)
                     await answering.decline(*decline)
+                    self._decided(offer, "declined", started)
                 elif exc.code not in FINAL_REFUSALS:
                     raise
+            else:
+                self._decided(offer, "answered", started)
+                self._settled(offer.request_id, "answered", by, offer.created_ms)
         elif await answering.accept(offer):
+            self._decided(offer, "accepted", started)
             await self._present(offer)
 
     async def _handle_recovered(self, entry_id: str, request_id: str) -> None:
@@ -457,10 +508,93 @@ class AnswererRuntime:
         if offer.request_id in self.shown:
             return  # re-read after a reconnect: already showing it
         self.shown.show(offer)
-        shown = await self._call_hook("present", offer.request_id, self.answerer.present(offer))
+        with _tracing.joined(
+            "askq.present", offer.trace, request_id=offer.request_id, group=self.group
+        ):
+            shown = await self._call_hook("present", offer.request_id, self.answerer.present(offer))
         if not shown.ok:  # a question that cannot be shown is given back
             self.shown.take(offer.request_id)
             await self.seam.answering.release(offer.request_id, self.group)
+
+    # --- what it did: metrics and log lines --------------------------------------------
+
+    def _decided(self, offer: Offer, decision: str, started: float) -> None:
+        seconds = time.monotonic() - started
+        _metrics.recorder.decided(self.group, decision, seconds)
+        if decision == "declined":
+            _metrics.recorder.passed_on(self.group, self.priority, "declined")
+        if not log.isEnabledFor(logging.INFO):
+            return
+        log.info(
+            "%s %s %s (tier %d, %.1f ms)",
+            self.group,
+            decision,
+            offer.request_id,
+            self.priority,
+            seconds * 1000,
+            extra={
+                "askq": {
+                    "event": "decision",
+                    "group": self.group,
+                    "request": offer.request_id,
+                    "tier": self.priority,
+                    "decision": decision,
+                    "ms": round(seconds * 1000, 3),
+                }
+            },
+        )
+
+    def _settled(self, request_id: str, outcome: str, by: str, created_ms: int | None) -> None:
+        """A request this group held ended for it: answered here, or retracted."""
+        seconds = _metrics.seconds_since(created_ms)
+        _metrics.recorder.settled(self.group, outcome, seconds)
+        if outcome in ("released", "escalated"):
+            _metrics.recorder.passed_on(self.group, self.priority, outcome)
+        if not log.isEnabledFor(logging.INFO):
+            return
+        log.info(
+            "%s: %s %s%s after %.1f s",
+            self.group,
+            request_id,
+            outcome,
+            f" by {visible(by)}" if by else "",
+            seconds,
+            extra={
+                "askq": {
+                    "event": "settlement",
+                    "group": self.group,
+                    "request": request_id,
+                    "outcome": outcome,
+                    "by": by,
+                    "seconds": round(seconds, 3),
+                }
+            },
+        )
+
+    async def settled_here(self, request_id: str, outcome: str, by: str) -> None:
+        """An answer or release through the GroupHandle landed."""
+        created: int | None = None
+        if _metrics.recorder.enabled or log.isEnabledFor(logging.INFO):
+            with contextlib.suppress(AskError):  # cached for offers read here
+                created = (await self.seam.requests.request(request_id)).created_ms
+        self._settled(request_id, outcome, by, created)
+
+    def _retracted(self, offer: Offer, retraction: Retraction) -> None:
+        self._settled(
+            offer.request_id,
+            _metrics.outcome_of(retraction.state.value, retraction.code),
+            retraction.by or "",
+            offer.created_ms,
+        )
+
+    def _reminded(self, offer: Offer) -> None:
+        _metrics.recorder.reminded(self.group)
+        log.info(
+            "%s: reminding %s",
+            self.group,
+            offer.request_id,
+            extra={"askq": {"event": "remind", "group": self.group, "request": offer.request_id}},
+        )
 
     # --- hooks -----------------------------------------------------------------------
 

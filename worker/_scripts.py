@@ -47,6 +47,7 @@ NAMES = (
     "register",
     "leave",
     "remove_group",
+    "set_priority",
 )
 
 # Keys by name -> the value of each; fresh: read what may have changed (after STALE).
@@ -97,12 +98,16 @@ class Scripts:
             "timers": k.timers,
             "wake": k.wake,
             "callers": k.callers,
+            "audit_log": k.audit_log,
+            "recent": k.recent,
         }
         self._common: dict[str, Any] = {
             "tier_prefix": k.tier_prefix,
             "settled_ttl": settings.settled_ttl,
             "events_maxlen": settings.events_maxlen,
             "abort_ttl": settings.abort_ttl,
+            "audit_maxlen": settings.audit_stream_maxlen,
+            "recent_max": settings.recent_max,
         }
 
     # --- the machinery ----------------------------------------------------------------
@@ -200,6 +205,7 @@ class Scripts:
             "alive": k.alive(process),
             "turn": k.turn(turn),
             "aborted": k.aborted(turn),
+            "audit": k.audit(request_id),
         }
 
     def _of_request(self, request_id: str, **more: str) -> KeySource:
@@ -260,12 +266,17 @@ class Scripts:
             },
         )
 
-    async def cancel(self, request_id: str, code: str, settlement: str, by: str) -> ScriptReply:
-        return await self._run(
-            "cancel",
-            self._of_request(request_id),
-            {"request_id": request_id, "code": code, "settlement": settlement, "by": by},
-        )
+    async def cancel(
+        self, request_id: str, code: str, settlement: str, by: str, reason: str
+    ) -> ScriptReply:
+        args = {
+            "request_id": request_id,
+            "code": code,
+            "settlement": settlement,
+            "by": by,
+            "reason": reason,
+        }
+        return await self._run("cancel", self._of_request(request_id), args)
 
     async def fire(self, timer: str) -> ScriptReply:
         """Fire a due timer (`timeout|<id>`, `window|<id>|<offer>|<group>`, ...). The
@@ -300,6 +311,7 @@ class Scripts:
                     k.payload(request_id),
                     k.timeout_body(request_id),
                     idem or k.idem(None),
+                    k.audit(request_id),
                 ]
             reply = ScriptReply.of(
                 await self.call(
@@ -385,7 +397,12 @@ class Scripts:
     # --- the registry -------------------------------------------------------------------
 
     def _group_keys(self, group: str, priority: int) -> dict[str, str]:
-        return {"consumers": self.keys.consumers(group), "stream": self.keys.tier(priority)}
+        k = self.keys
+        return {
+            "consumers": k.consumers(group),
+            "stream": k.tier(priority),
+            "beats": k.beats(group),
+        }
 
     async def register(
         self,
@@ -409,10 +426,21 @@ class Scripts:
         return ScriptReply.of(await self.call("register", self._group_keys(group, priority), args))
 
     async def leave(self, group: str, consumer: str) -> None:
-        keys = {"consumers": self.keys.consumers(group)}
+        keys = {"consumers": self.keys.consumers(group), "beats": self.keys.beats(group)}
         await self.call("leave", keys, {"group": group, "consumer": consumer})
 
     async def remove_group(self, group: str, priority: int) -> ScriptReply:
         return ScriptReply.of(
             await self.call("remove_group", self._group_keys(group, priority), {"group": group})
+        )
+
+    async def set_priority(self, group: str, old: int, new: int) -> ScriptReply:
+        k = self.keys
+        keys = {
+            "consumers": k.consumers(group),
+            "old_stream": k.tier(old),
+            "new_stream": k.tier(new),
+        }
+        return ScriptReply.of(
+            await self.call("set_priority", keys, {"group": group, "priority": str(new)})
         )

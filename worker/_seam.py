@@ -17,7 +17,7 @@ handful), plus one dedicated connection per blocking loop.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from typing import Any
 
@@ -117,6 +117,7 @@ class Seam:
         on_timeout: OnTimeout = "fail",
         default: Any = None,
         idempotency_key: str | None = None,
+        on_published: Callable[[str], None] | None = None,
     ) -> Coroutine[Any, Any, Answers]:
         """Publish the questions and block until they are answered, or raise AskError.
 
@@ -126,6 +127,8 @@ class Seam:
         `idempotency_key` (e.g. the tool-call id): asking again with the same key while
         the request is pending waits on that same request; after it settled, returns
         its settlement (while it is kept) instead of asking the human again.
+        `on_published(request_id)` is called once the question is out and the wait
+        begins (the CLI prints the request id there).
 
         REDIS_UNAVAILABLE means the question was not published. When Redis stops
         answering after the ask was sent (its reply lost), whether it was published is
@@ -143,6 +146,7 @@ class Seam:
             on_timeout=on_timeout,
             default=default,
             idempotency_key=idempotency_key,
+            on_published=on_published,
         )
 
     def build_request(

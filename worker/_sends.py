@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from arq import Retry
 from arq.connections import ArqRedis
 from arq.worker import Function, Worker, func
 
+from . import _metrics, _tracing
 from ._answerer import Answerer, RetryLater
 from ._arq import arq_pool, arq_worker, close_worker, run_supervised
+from ._keys import Keys
 from ._settings import Settings
 
 log = logging.getLogger("askq.sends")
@@ -34,6 +37,8 @@ BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 60.0
 SEND_TIMEOUT = 60.0
 JOB = "askq_send"
+FAILURES_KEPT = 1000
+FAILURE_TEXT_MAX = 500
 
 
 def backoff(attempt: int) -> float:
@@ -41,17 +46,27 @@ def backoff(attempt: int) -> float:
     return float(min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (attempt - 1)))
 
 
+GaveUp = Callable[[str, dict[str, Any], BaseException], Awaitable[None]]
+
+
 async def run_send(
-    answerer: Answerer[Any], job: str, kwargs: dict[str, Any], attempt: int
+    answerer: Answerer[Any],
+    job: str,
+    kwargs: dict[str, Any],
+    attempt: int,
+    gave_up: GaveUp | None = None,
 ) -> float | None:
-    """Try a send once. None when done (succeeded, or failed for good and handed to
-    `send_failed`); otherwise the seconds to wait before the next try."""
+    """Try a send once. None when done (succeeded, or failed for good: recorded by
+    `gave_up` and handed to `send_failed`); otherwise the seconds to wait before the
+    next try."""
+
     method = getattr(answerer, job, None)
     if method is None or job.startswith("_"):
         log.error("%s has no send %r; dropped", answerer.kind, job)
         return None
     try:
         await method(**kwargs)
+        _metrics.recorder.sent(answerer.kind, "ok")
         return None
     except RetryLater as exc:
         delay: float = exc.seconds
@@ -59,20 +74,46 @@ async def run_send(
     except Exception as exc:  # noqa: BLE001 - a failed send is retried, never fatal
         delay, error = backoff(attempt), exc
     if attempt >= answerer.send_tries:
+        _metrics.recorder.sent(answerer.kind, "failed")
         log.warning("%s send %s gave up after %d tries: %s", answerer.kind, job, attempt, error)
+        if gave_up is not None:
+            try:
+                await gave_up(job, kwargs, error)
+            except Exception:  # noqa: BLE001 - the record is best effort
+                log.exception("recording the failed send %s failed", job)
         try:
             await answerer.send_failed(job, kwargs, error)
         except Exception:  # noqa: BLE001
             log.exception("%s send_failed(%s) failed", answerer.kind, job)
         return None
+    _metrics.recorder.sent(answerer.kind, "retry")
     log.info(
         "%s send %s failed (try %d), again in %.1f s: %s", answerer.kind, job, attempt, delay, error
     )
     return delay
 
 
-async def _askq_send(ctx: dict[str, Any], job: str, kwargs: dict[str, Any]) -> None:
-    delay = await run_send(ctx["answerer"], job, kwargs, ctx["job_try"])
+async def _askq_send(
+    ctx: dict[str, Any], job: str, kwargs: dict[str, Any], trace: str | None = None
+) -> None:
+    answerer: Answerer[Any] = ctx["answerer"]
+
+    async def gave_up(job: str, kwargs: dict[str, Any], error: BaseException) -> None:
+        # What `askq status` lists as failed sends (capped).
+        fields = {
+            "queue": ctx["askq_queue"],
+            "kind": answerer.kind,
+            "job": job,
+            "request": str(kwargs.get("request_id", "")),
+            "error": f"{type(error).__name__}: {error}"[:FAILURE_TEXT_MAX],
+            "tries": str(ctx["job_try"]),
+        }
+        await ctx["redis"].xadd(
+            ctx["askq_failures"], fields, maxlen=FAILURES_KEPT, approximate=True
+        )
+
+    with _tracing.joined(f"askq.send {job}", trace, channel=answerer.kind, attempt=ctx["job_try"]):
+        delay = await run_send(answerer, job, kwargs, ctx["job_try"], gave_up)
     if delay is not None:
         raise Retry(defer=delay)
 
@@ -91,7 +132,11 @@ class SendQueue:
     async def enqueue(self, job: str, kwargs: dict[str, Any]) -> None:
         if self._pool is None:
             self._pool = await arq_pool(self.settings, self.queue)
-        queued = await self._pool.enqueue_job(JOB, job, kwargs, _queue_name=self.queue)
+        # The span that queued it (a channel's present) is the send's parent, in
+        # whichever replica runs it.
+        trace = _tracing.current_traceparent()
+        args = (job, kwargs, trace) if trace else (job, kwargs)
+        queued = await self._pool.enqueue_job(JOB, *args, _queue_name=self.queue)
         if queued is not None:
             self._start_now(queued.job_id)
 
@@ -123,9 +168,12 @@ class SendQueue:
         )
 
         def make() -> Worker:
-            self._worker = arq_worker(
-                self.settings, self.queue, [send], ctx={"answerer": self.answerer}
-            )
+            ctx = {
+                "answerer": self.answerer,
+                "askq_queue": self.queue,
+                "askq_failures": Keys(self.settings.prefix).send_failures,
+            }
+            self._worker = arq_worker(self.settings, self.queue, [send], ctx=ctx)
             return self._worker
 
         await run_supervised(f"sends of {self.queue}", make)

@@ -84,10 +84,34 @@ class Settings(BaseSettings):
         description="Seconds an answerer's decide, answer_at_once, present, retract, remind"
         " or stop may take before it counts as failed (a decline or a release follows).",
     )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Serve Prometheus metrics on this port in workers and sweepers"
+        " (`--metrics-port`; needs the 'metrics' extra). 0: any free port.",
+    )
+    metrics_addr: str = Field(
+        default="0.0.0.0",
+        description="The address the metrics endpoint listens on (127.0.0.1: this host only).",
+    )
     events_maxlen: int = Field(
         default=10000,
         ge=100,
         description="Approximate length the settlement event stream is trimmed to.",
+    )
+    audit_stream_maxlen: int = Field(
+        default=0,
+        ge=0,
+        description="Also write every audit trail entry to the stream {prefix}:audit,"
+        " trimmed to about this length (`askq audit tail` follows it); 0: no stream (each"
+        " request's own trail is kept either way, for settled_ttl).",
+    )
+    recent_max: int = Field(
+        default=10000,
+        ge=1,
+        description="Settled requests `askq requests` can list (the most recent; each"
+        " for settled_ttl at most).",
     )
 
 

@@ -36,6 +36,9 @@ class Shown:
         remind: Callable[[Offer], Coroutine[Any, Any, Any]],
         run_hook: HookRunner,
         block_ms: int,
+        *,
+        on_retract: Callable[[Offer, Retraction], None] | None = None,
+        on_remind: Callable[[Offer], None] | None = None,
     ) -> None:
         self.group = group
         self.priority = priority
@@ -45,6 +48,8 @@ class Shown:
         self._retract_hook = retract
         self._remind_hook = remind
         self._run_hook = run_hook
+        self._on_retract = on_retract  # counted and logged by the runtime
+        self._on_remind = on_remind
         self._block_ms = block_ms
         self._from = "$"  # the events stream position this replica has read up to
         self._showing = asyncio.Event()  # set while this replica shows something
@@ -88,6 +93,8 @@ class Shown:
             return  # not shown here, or another group's reminder or escalation
         state = fields.get("state", "")
         if state == "REMIND":
+            if self._on_remind is not None:
+                self._on_remind(offer)
             self._run_hook("remind", request_id, self._remind_hook(offer))
             return
         if state == "OFFERED" and fields.get("tier") == str(self.priority):
@@ -99,11 +106,14 @@ class Shown:
                 state=RequestState.OFFERED if state == "ESCALATED" else RequestState(state),
                 code=fields.get("code") or None,
                 by=fields.get("by") or None,
+                cause=fields.get("reason") or None,
             )
         )
 
     def retract(self, retraction: Retraction) -> None:
-        self.offers.pop(retraction.request_id, None)
+        offer = self.offers.pop(retraction.request_id, None)
+        if offer is not None and self._on_retract is not None:
+            self._on_retract(offer, retraction)
         self._run_hook("retract", retraction.request_id, self._retract_hook(retraction))
 
     async def resync(self, conn: Redis) -> None:
@@ -117,5 +127,6 @@ class Shown:
                         state=row.state if row is not None else RequestState.FAILED,
                         code=(row.code if row is not None else "") or None,
                         by=(row.by if row is not None else "") or None,
+                        cause=(row.reason if row is not None else "") or None,
                     )
                 )

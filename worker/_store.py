@@ -6,18 +6,25 @@ Keys live under `{prefix}:<channel kind>:` (the deployment's hash tag), and each
 expires `ASKQ_SETTLED_TTL` after its last write, like the requests they belong to. Two
 guards come with it: `once` (the first caller within a time wins: show an outcome once,
 remind at most once a minute) and a lease (one caller at a time does a thing, e.g.
-posts a message; a caller that died lets the lease run out).
+posts a message; a caller that died lets the lease run out). A feed (a capped stream)
+carries what every replica must hear at once: `publish` appends, `follow` reads it in a
+blocking loop of its own (the web inbox tells every replica's live pages of a new or
+settled question this way).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from ._connections import redis_errors
+from ._blocking import BlockingLoop
+from ._connections import blocking_client, redis_errors
 from ._settings import Settings
+
+FEED_BATCH = 100
 
 
 class ChannelStore:
@@ -89,6 +96,12 @@ class ChannelStore:
                     except WatchError:
                         continue  # changed meanwhile: look again
 
+    async def delete_fields(self, name: str, *fields: str) -> None:
+        """Remove fields of record `name` (the record goes when its last field does)."""
+        if fields:
+            with redis_errors(self._settings):
+                await self._redis.hdel(self.key(name), *fields)  # type: ignore[misc]
+
     async def delete(self, name: str) -> None:
         with redis_errors(self._settings):
             await self._redis.delete(self.key(name))
@@ -122,3 +135,81 @@ class ChannelStore:
     async def drop_lease(self, name: str) -> None:
         with redis_errors(self._settings):
             await self._redis.delete(self._lease(name))
+
+    # --- feeds ---------------------------------------------------------------------------
+
+    async def publish(self, feed: str, event: Mapping[str, str], *, maxlen: int = 1000) -> str:
+        """Append `event` to `feed` (capped near `maxlen`); its id."""
+        key = self.key(feed)
+        fields: dict[Any, Any] = dict(event)
+        with redis_errors(self._settings):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.xadd(key, fields, maxlen=maxlen, approximate=True)
+                pipe.expire(key, self.ttl)
+                event_id, _ = await pipe.execute()
+        return str(event_id)
+
+    async def recent(self, feed: str, count: int) -> list[tuple[str, dict[str, str]]]:
+        """The last `count` events of `feed`, newest first, with their ids."""
+        with redis_errors(self._settings):
+            found: list[tuple[str, dict[str, str]]] = await self._redis.xrevrange(
+                self.key(feed), count=count
+            )
+        return found
+
+    def follow(
+        self,
+        feed: str,
+        deliver: Callable[[str, dict[str, str]], None],
+        *,
+        on_gap: Callable[[], Awaitable[None]] | None = None,
+    ) -> FeedFollower:
+        """A follower of `feed`: once started, `deliver(id, event)` is called for every
+        event published after the start, in order, on a connection of its own.
+        `on_gap` runs after a reconnect (events may have been missed)."""
+        return FeedFollower(self, feed, deliver, on_gap)
+
+
+class FeedFollower:
+    def __init__(
+        self,
+        store: ChannelStore,
+        feed: str,
+        deliver: Callable[[str, dict[str, str]], None],
+        on_gap: Callable[[], Awaitable[None]] | None,
+    ) -> None:
+        self._store = store
+        self._key = store.key(feed)
+        self._deliver = deliver
+        self._on_gap = on_gap
+        self._from = "$"
+        settings = store._settings
+        self._block_ms = int(settings.block_seconds * 1000)
+        self._loop = BlockingLoop(
+            f"askq-feed-{feed}",
+            lambda: blocking_client(store._redis, settings, None),
+            self._read,
+            self._gap,
+        )
+
+    async def start(self) -> None:
+        """Follow from the feed's current end (what was published before is not
+        delivered)."""
+        with redis_errors(self._store._settings):
+            last = await self._store._redis.xrevrange(self._key, count=1)
+        self._from = last[0][0] if last else "0-0"
+        self._loop.start()
+
+    async def close(self) -> None:
+        await self._loop.close()
+
+    async def _read(self, conn: Redis) -> None:
+        reply = await conn.xread({self._key: self._from}, count=FEED_BATCH, block=self._block_ms)
+        for _, entries in reply or []:
+            for event_id, fields in entries:
+                self._from = event_id
+                self._deliver(event_id, fields)
+
+    async def _gap(self, conn: Redis) -> None:
+        if self._on_gap is not None:
+            await self._on_gap()

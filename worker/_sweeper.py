@@ -24,20 +24,49 @@ from typing import Any
 from arq.cron import CronJob, cron
 from redis.asyncio import Redis
 
+from . import _metrics
 from ._arq import worker_options
 from ._blocking import BlockingLoop
 from ._connections import redis_errors, server_ms
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
 from ._messages import CALLER_GONE_MESSAGE
+from ._reasons import CancelReason
 from ._replies import Reply
 from ._seam import Seam
 from ._settings import Settings
+from ._sweeper_beat import SweeperBeat
 
 log = logging.getLogger("askq.sweeper")
 
 FIRE_BATCH = 100
 SWEEPER_CONSUMER = "askq-sweeper"
+
+
+def _fired(timer: str, state: str, late: float) -> None:
+    """Count and log a timer this replica fired (`kind|request|offer|group`)."""
+    kind, _, rest = timer.partition("|")
+    request_id, _, rest = rest.partition("|")
+    group = rest.partition("|")[2]
+    _metrics.recorder.fired(kind, late)
+    log.info(
+        "fired %s of %s%s (now %s), %.0f ms late",
+        kind,
+        request_id,
+        f" for group {group}" if group else "",
+        state or "?",
+        late * 1000,
+        extra={
+            "askq": {
+                "event": "timer",
+                "kind": kind,
+                "request": request_id,
+                "group": group,
+                "state": state,
+                "late_ms": round(late * 1000, 1),
+            }
+        },
+    )
 
 
 class Sweeper:
@@ -62,8 +91,10 @@ class Sweeper:
         fired = 0
         while True:
             now = await server_ms(redis)
-            due = await redis.zrangebyscore(k.timers, "-inf", now, start=0, num=FIRE_BATCH)
-            for timer in due:
+            due = await redis.zrangebyscore(
+                k.timers, "-inf", now, start=0, num=FIRE_BATCH, withscores=True
+            )
+            for timer, due_ms in due:
                 try:
                     result = await self.seam.scripts.fire(timer)
                 except AskError as exc:
@@ -75,6 +106,7 @@ class Sweeper:
                 if result.kind is Reply.FIRED:
                     fired += 1
                     self.fired += 1
+                    _fired(timer, result.value(0, ""), max(0.0, (now - due_ms) / 1000))
             if len(due) < FIRE_BATCH:
                 return fired
 
@@ -94,12 +126,15 @@ class Sweeper:
     async def sweep(self) -> dict[str, int]:
         """One maintenance round; returns what it did, by kind."""
         with redis_errors(self.seam.settings):
-            return {
+            done = {
                 "timers": await self.fire_due(),
                 "callers_gone": await self.cancel_gone_callers(),
                 "orphans_released": await self.release_orphans(),
                 "streams_trimmed": await self.trim_streams(),
             }
+        _metrics.recorder.recovered("callers_gone", done["callers_gone"])
+        _metrics.recorder.recovered("orphans_released", done["orphans_released"])
+        return done
 
     async def cancel_gone_callers(self) -> int:
         """Cancel the pending asks of caller processes whose heartbeat expired."""
@@ -111,7 +146,11 @@ class Sweeper:
             for request_id in await redis.smembers(k.asked(process)):  # type: ignore[misc]
                 with contextlib.suppress(AskError):  # settled or expired meanwhile
                     if await self.seam.asking.cancel(
-                        request_id, ErrorCode.ABORTED, CALLER_GONE_MESSAGE, by="caller gone"
+                        request_id,
+                        ErrorCode.ABORTED,
+                        CALLER_GONE_MESSAGE,
+                        by="caller gone",
+                        reason=CancelReason.CALLER_GONE,
                     ):
                         cancelled += 1
                         continue
@@ -145,9 +184,14 @@ async def _startup(ctx: dict[str, Any]) -> None:
     sweeper = Sweeper(seam)
     sweeper.start()
     ctx["askq_sweeper"] = sweeper
+    beat = ctx["askq_sweeper_beat"] = SweeperBeat(seam, lambda: sweeper.fired)
+    beat.start()
 
 
 async def _shutdown(ctx: dict[str, Any]) -> None:
+    beat: SweeperBeat | None = ctx.pop("askq_sweeper_beat", None)
+    if beat is not None:
+        await beat.stop()
     sweeper: Sweeper | None = ctx.pop("askq_sweeper", None)
     if sweeper is not None:
         await sweeper.aclose()
@@ -163,10 +207,28 @@ async def sweep(ctx: dict[str, Any]) -> dict[str, int]:
     return done
 
 
+# Whole seconds that divide a minute: the intervals an arq cron of seconds runs evenly.
+SWEEP_STEPS = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30)
+
+
+def sweep_step(settings: Settings) -> int:
+    """ASKQ_SWEEP_INTERVAL as the cron's step; CONFIG_ERROR for one it cannot run
+    evenly (a round every 7 s would run at :56 and again at :00)."""
+    interval = settings.sweep_interval
+    if interval not in SWEEP_STEPS:
+        steps = ", ".join(map(str, SWEEP_STEPS))
+        raise AskError(
+            ErrorCode.CONFIG_ERROR,
+            f"ASKQ_SWEEP_INTERVAL {interval:g}: the maintenance round is a cron of whole"
+            f" seconds that divide a minute; use one of {steps}",
+        )
+    return int(interval)
+
+
 def worker_settings(settings: Settings | None = None) -> dict[str, Any]:
     """The arq worker's settings for these askq settings (`Worker(**worker_settings())`)."""
     settings = settings or Settings()
-    step = max(1, min(59, round(settings.sweep_interval)))
+    step = sweep_step(settings)
     job: CronJob = cron(
         sweep,
         # Named by the prefix: arq's cron keys (arq:job:cron:<name>:<ms>) are global, and

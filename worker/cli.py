@@ -17,32 +17,55 @@ import uuid
 from typing import Any
 
 import click
-from pydantic import ValidationError
 
 from ._cli_admin import group, status
-from ._cli_base import CliGroup, fail, log_to_stderr, parse_scope_flags, run_cli
+from ._cli_ask import (
+    check_default,
+    fail_with_hint,
+    is_terminal,
+    no_answerer_hint,
+    timeout_default_notice,
+    waiting_line,
+)
+from ._cli_base import (
+    CliGroup,
+    configure_logging,
+    fail,
+    global_options,
+    parse_scope_flags,
+    run_cli,
+    settings_for,
+)
+from ._cli_inspect import audit, requests, show
+from ._cli_worker import worker
+from ._connections import redacted, redis_errors
 from ._errors import AskError, ErrorCode
 from ._models import Caller, validate_model
 from ._plugins import answerer_kinds, load_answerer
-from ._runtime import AnswererRuntime, run_until_stopped, stop_on_signals
+from ._runtime import run_until_stopped, stop_on_signals
 from ._seam import Seam
-from ._settings import Settings, settings_error
-from ._text import cut, problems_message, visible
+from ._settings import Settings
+from ._text import visible
+from ._tracing import environment_context
 
 
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--redis-url", envvar="ASKQ_REDIS_URL", help="Default: redis://localhost:6379/0")
-@click.option("--prefix", envvar="ASKQ_PREFIX", help="Key prefix (default askq).")
+@click.version_option(package_name="askq", prog_name="askq", message="%(prog)s %(version)s")
 @click.pass_context
-def main(ctx: click.Context, redis_url: str | None, prefix: str | None) -> None:
-    """askq: let AI agents stop and ask a human, over Redis."""
-    log_to_stderr()
-    given: dict[str, Any] = {"redis_url": redis_url, "prefix": prefix}
-    overrides = {k: v for k, v in given.items() if v}
-    try:
-        ctx.obj = Settings(**overrides)
-    except ValidationError as exc:
-        fail(settings_error(exc))
+def main(ctx: click.Context) -> None:
+    """askq: let AI agents stop and ask a human, over Redis.
+
+    Global options (--redis-url, --prefix, -v, --log-format) go before or after the
+    command. Shell completion: eval "$(_ASKQ_COMPLETE=bash_source askq)" (zsh_source,
+    fish_source for those shells)."""
+    given = ctx.meta.setdefault("askq.globals", {})
+    configure_logging(given)
+    if ctx.invoked_subcommand != "demo":  # the demo ignores ASKQ_REDIS_URL
+        ctx.obj = settings_for(given)
+
+
+for _option in global_options():
+    main.params.append(_option)
 
 
 def _question_from_flags(
@@ -126,24 +149,51 @@ def ask(
         try:
             default = json.loads(default_json)
         except ValueError as exc:
-            raise click.BadParameter(f"not JSON: {exc}", param_hint="--default") from None
+            raise click.BadParameter(
+                f"not JSON ({exc}); expected answers like"
+                ' \'[{"id": "q1", "selected": ["Yes"]}]\'',
+                param_hint="--default",
+            ) from None
+        try:
+            check_default(args, default)
+        except AskError as exc:
+            fail(exc)
+    elif on_timeout == "default" and timeout is not None:
+        for line in timeout_default_notice(args):
+            click.echo(visible(line), err=True)
+    terminal = is_terminal()
 
-    async def run() -> str:
+    async def run() -> tuple[str, AskError | None, str]:
         stop = stop_on_signals()
         async with Seam(settings=settings) as seam, seam.agent(caller.agent_id, caller.owner):
-            answers = await seam.ask(
-                args,
-                caller,
-                scope=route,
-                signal=stop,
-                timeout=timeout,
-                on_timeout=on_timeout,
-                default=default,
-                idempotency_key=idempotency_key,
-            )
-            return answers.to_json()
 
-    click.echo(run_cli(run))
+            def published(request_id: str) -> None:
+                if terminal:
+                    click.echo(waiting_line(request_id, caller.turn_id, settings), err=True)
+
+            try:
+                answers = await seam.ask(
+                    args,
+                    caller,
+                    scope=route,
+                    signal=stop,
+                    timeout=timeout,
+                    on_timeout=on_timeout,
+                    default=default,
+                    idempotency_key=idempotency_key,
+                    on_published=published,
+                )
+            except AskError as exc:
+                if exc.code is not ErrorCode.NO_ANSWERER:
+                    raise
+                return "", exc, await no_answerer_hint(seam)
+            return answers.to_json(), None, ""
+
+    with environment_context():  # TRACEPARENT: the ask joins the calling script's trace
+        out, error, hint = run_cli(run)
+    if error is not None:
+        fail_with_hint(error, hint)
+    click.echo(out)
 
 
 def _read_input(file: Any) -> str:
@@ -182,137 +232,36 @@ def _caller(agent: str | None, turn: str | None, owner: str | None) -> Caller:
         raise AssertionError("unreachable") from None
 
 
-def _answerer_options(extra: list[str]) -> dict[str, Any]:
-    """`--rules r.toml --policy first --flag` -> {"rules": "r.toml", ...}."""
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(extra):
-        token = extra[i]
-        if not token.startswith("--"):
-            raise click.UsageError(f"unexpected argument {token!r}")
-        key, sep, value = token[2:].partition("=")
-        key = key.replace("-", "_")
-        if not sep:
-            if i + 1 < len(extra) and not extra[i + 1].startswith("--"):
-                value, i = extra[i + 1], i + 1
-            else:
-                value = "true"
-        if key in out:
-            out[key] = (out[key] if isinstance(out[key], list) else [out[key]]) + [value]
-        else:
-            out[key] = value
-        i += 1
-    return out
-
-
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("kind")
-@click.option("--group", default=None, help="Answerer group name (default: the kind).")
-@click.option("--priority", default=0, show_default=True, type=int, help="Tier; lower goes first.")
-@click.option(
-    "--scope",
-    "scope",
-    multiple=True,
-    help="Accept only requests whose scope matches key=pattern (repeatable; shell patterns).",
-)
-@click.option("--consumer", default=None, help="Replica name; keep it stable across restarts.")
-@click.option(
-    "--decision-window",
-    type=float,
-    default=None,
-    help="Seconds to accept or decline an offer before it counts as declined"
-    " (default: ASKQ_DECISION_WINDOW).",
-)
-@click.option(
-    "--escalate-after",
-    type=float,
-    default=None,
-    help="Seconds a claimed question may go unanswered before it moves on to the next tier.",
-)
-@click.option(
-    "--remind-after", type=float, default=None, help="Seconds until the channel reminds its humans."
-)
-@click.pass_context
-def worker(
-    ctx: click.Context,
-    kind: str,
-    group: str | None,
-    priority: int,
-    scope: tuple[str, ...],
-    consumer: str | None,
-    decision_window: float | None,
-    escalate_after: float | None,
-    remind_after: float | None,
-) -> None:
-    """Run one replica of an answerer group. KIND is an installed answerer; its own
-    options follow (e.g. `askq worker auto --rules rules.toml --policy first`); `askq
-    answerers` lists them."""
-    settings: Settings = ctx.obj
-    selector = parse_scope_flags(scope)
-    try:
-        cls = load_answerer(kind)
-        options = cls.Options.model_validate(_answerer_options(ctx.args))
-        answerer = cls(options)
-    except AskError as exc:
-        fail(exc)
-        return
-    except ValidationError as exc:
-        fields = ", ".join(f"--{name.replace('_', '-')}" for name in cls.Options.model_fields)
-        problems = problems_message(
-            [
-                f"--{cut(visible('.'.join(map(str, e['loc'])).replace('_', '-')), 40)}: {e['msg']}"
-                for e in exc.errors(include_url=False)
-            ]
-        )
-        fail(AskError(ErrorCode.CONFIG_ERROR, f"{kind}: {problems} (options: {fields or 'none'})"))
-        return
-
-    async def run() -> None:
-        async with Seam(settings=settings) as seam:
-            runtime = AnswererRuntime(
-                seam,
-                answerer,
-                group=group or kind,
-                priority=priority,
-                scope=selector,
-                consumer=consumer,
-                decision_window=decision_window,
-                escalate_after=escalate_after,
-                remind_after=remind_after,
-            )
-            await runtime.serve(
-                on_ready=lambda: click.echo(
-                    f"askq worker: {runtime.group} ({kind}) priority {priority},"
-                    f" replica {runtime.consumer}: ready",
-                    err=True,
-                )
-            )
-
-    run_cli(run)
-
-
 @main.command()
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve Prometheus metrics on this port (ASKQ_METRICS_PORT; needs the 'metrics' extra).",
+)
 @click.pass_obj
-def sweeper(settings: Settings) -> None:
+def sweeper(settings: Settings, metrics_port: int | None) -> None:
     """Run a sweeper: timers (decision windows, escalation, reminders, timeouts) and
     recovery (gone callers, orphaned claims, stream trimming). Run one or more."""
     from arq.worker import Worker
 
     from ._arq import run_supervised
+    from ._metrics import serve_metrics
     from ._sweeper import worker_settings
 
     async def run() -> None:
         stop = stop_on_signals()
+        options = worker_settings(settings)  # a sweep interval the cron cannot run: refused
         async with Seam(settings=settings):
             pass  # entering pings Redis: one clear line if it is unreachable
+        served = serve_metrics(settings, metrics_port)
         task = asyncio.create_task(
-            run_supervised(
-                "askq sweeper", lambda: Worker(**worker_settings(settings), handle_signals=False)
-            )
+            run_supervised("askq sweeper", lambda: Worker(**options, handle_signals=False))
         )
+        where = f", metrics on :{served}" if served else ""
         click.echo(
             f"askq sweeper: ready (maintenance every {settings.sweep_interval:g} s,"
-            f" arq poll {settings.poll_delay:g} s)",
+            f" arq poll {settings.poll_delay:g} s{where})",
             err=True,
         )
         await run_until_stopped(task, stop)  # run_supervised closes the worker on its way out
@@ -326,12 +275,31 @@ def sweeper(settings: Settings) -> None:
 def abort(settings: Settings, turn: str) -> None:
     """Abort TURN: its pending asks settle ABORTED everywhere; later asks fail at once."""
 
-    async def run() -> int:
-        async with Seam(settings=settings) as seam:
-            return await seam.abort_turn(turn, by="cli")
+    if not turn.strip():
+        fail(
+            AskError(
+                ErrorCode.INVALID_REQUEST,
+                "turn: empty; give the turn id `askq ask` printed (or the --turn it was given)",
+            )
+        )
 
-    count = run_cli(run)
-    click.echo(f"turn {turn} aborted; {count} pending request(s) cancelled")
+    async def run() -> tuple[int, bool]:
+        async with Seam(settings=settings) as seam:
+            with redis_errors(settings):
+                known = bool(await seam.redis.exists(seam.keys.aborted(turn)))
+            return await seam.abort_turn(turn, by="cli"), known
+
+    count, already = run_cli(run)
+    if count:
+        click.echo(f"turn {turn} aborted; {count} pending request(s) cancelled")
+    elif already:
+        click.echo(f"turn {turn} was already aborted; no pending asks left to cancel")
+    else:
+        click.echo(
+            f"turn {turn} aborted; no pending asks of it are known under prefix"
+            f" {settings.prefix!r} on {redacted(settings.redis_url)} (check the turn id,"
+            " --prefix and --redis-url). Later asks of it fail at once."
+        )
 
 
 @main.command()
@@ -413,8 +381,36 @@ def answerers() -> None:
             click.echo(f"  {flag:<16} {field.description or ''}".rstrip())
 
 
+@main.command("claude-code-hook")
+@click.option("--agent", default=None, help="Calling agent id (default: claude-code:<session>).")
+@click.option("--turn", default=None, help="Turn id (default: the prompt's id, else the session).")
+@click.option("--scope", "scope", multiple=True, help="Routing label key=value (repeatable).")
+@click.option("--timeout", type=float, default=None, help="Seconds to wait, then deny TIMED_OUT.")
+@click.pass_obj
+def claude_code_hook(
+    settings: Settings,
+    agent: str | None,
+    turn: str | None,
+    scope: tuple[str, ...],
+    timeout: float | None,
+) -> None:
+    """Claude Code PreToolUse hook for AskUserQuestion: reads the hook input JSON on
+    stdin, asks through askq, writes the hook output JSON (allow with the answers, or
+    deny with the reason). See docs/integrations.md."""
+    from .integrations.claude_code import hook_main
+
+    route = parse_scope_flags(scope)
+    hook_main(
+        settings, sys.stdin.buffer.read(), agent=agent, turn=turn, scope=route, timeout=timeout
+    )
+
+
 main.add_command(status)
+main.add_command(worker)
 main.add_command(group)
+main.add_command(show)
+main.add_command(requests)
+main.add_command(audit)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -128,7 +128,12 @@ class SlackAnswerer(Answerer[SlackOptions]):
         await self.group.send("post_question", request_id=offer.request_id)
 
     async def retract(self, retraction: Retraction) -> None:
-        outcome = blocks.Outcome(retraction.state, code=retraction.code, by=retraction.by)
+        outcome = blocks.Outcome(
+            retraction.state,
+            code=retraction.code,
+            by=retraction.by,
+            why=retraction.why_cancelled,
+        )
         await self.store.set_outcome(retraction.request_id, outcome, overwrite=False)
         await self.group.send("update_message", request_id=retraction.request_id)
 

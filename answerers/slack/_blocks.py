@@ -205,6 +205,7 @@ class Outcome:
     by: str | None = None
     user: str | None = None  # the Slack user who answered on this message
     answers: tuple[Answer, ...] = ()
+    why: str | None = None  # a cancellation: what happened (askq's words)
 
     def headline(self) -> str:
         if self.state == "ANSWERED":
@@ -213,8 +214,8 @@ class Outcome:
             by = f" by {mrkdwn(self.by, BY_MAX)}" if self.by else ""
             return f"✅ *Answered elsewhere*{by}"
         if self.state == "CANCELLED":
-            turn = " (turn aborted)" if self.code == "ABORTED" else ""
-            return f"🚫 *Cancelled*{turn}"
+            why = f" ({mrkdwn(self.why, BY_MAX)})" if self.why else ""
+            return f"🚫 *Cancelled*{why}"
         if self.state == "FAILED":
             return "⌛ *No longer pending*"
         return "⤴️ *Escalated* to another answerer"
@@ -226,6 +227,7 @@ class Outcome:
             "by": self.by,
             "user": self.user,
             "answers": [a.model_dump(exclude_none=True) for a in self.answers],
+            "why": self.why,
         }
         return json.dumps(data, separators=(",", ":"))
 
@@ -238,6 +240,7 @@ class Outcome:
             by=data.get("by"),
             user=data.get("user"),
             answers=tuple(Answer.model_validate(a) for a in data.get("answers") or ()),
+            why=data.get("why"),
         )
 
 

@@ -1,11 +1,13 @@
 -- Abort a turn: the durable mark first (no new ask of the turn gets in), then every
 -- unsettled request of the turn -> CANCELLED(ABORTED), whether or not its caller lives.
--- uses: aborted turn pending events timers +tiers +requests
--- (+requests: for each id, in order: req, reply, inbox, asked, payload, timeout_body, idem)
--- args: tier_prefix settled_ttl events_maxlen abort_ttl settlement by n_tiers +ids
+-- uses: aborted turn pending events timers audit_log recent +tiers +requests
+-- (+requests: for each id, in order: req, reply, inbox, asked, payload, timeout_body, idem,
+-- audit)
+-- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max abort_ttl settlement by
+-- args: n_tiers +ids
 -- replies: ABORTED cancelled | STALE
 --@include common
-local PER_REQUEST = 7
+local PER_REQUEST = 8
 local n_tiers = tonumber(A.n_tiers)
 redis.call('SET', K.aborted, '1', 'EX', tonumber(A.abort_ttl))
 
@@ -31,10 +33,11 @@ for _, id in ipairs(ids) do
   local s = slot[id]
   local k = {req = KEYS[s + 1], reply = KEYS[s + 2], inbox = KEYS[s + 3], turn = K.turn,
     pending = K.pending, events = K.events, timers = K.timers, asked = KEYS[s + 4],
-    payload = KEYS[s + 5], timeout_body = KEYS[s + 6], idem = KEYS[s + 7]}
+    payload = KEYS[s + 5], timeout_body = KEYS[s + 6], idem = KEYS[s + 7],
+    audit = KEYS[s + 8], audit_log = K.audit_log, recent = K.recent}
   local state = redis.call('HGET', k.req, 'state')
   if state and not TERMINAL[state] then
-    settle(k, id, 'CANCELLED', 'ABORTED', A.settlement, A.by)
+    settle(k, id, 'CANCELLED', 'ABORTED', A.settlement, A.by, {reason = 'turn aborted'})
     cancelled = cancelled + 1
   else
     redis.call('SREM', K.turn, id)

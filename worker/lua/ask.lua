@@ -6,8 +6,9 @@
 -- connection: the first send may have run).
 -- uses: req reply payload timeout_body idem inbox asked alive prev_inbox prev_asked
 -- uses: turn aborted owner agent pending events groups live group_info timers wake
--- uses: callers +tiers
--- args: tier_prefix settled_ttl events_maxlen request_id payload_json turn_id agent_id
+-- uses: callers audit audit_log +tiers
+-- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id
+-- args: payload_json turn_id agent_id
 -- args: claimed_owner process caller_ttl_ms timeout_ms timeout_settlement fingerprint
 -- args: taken_over mode resent gone agent_prefix
 -- `owner` and `agent` are the agent keys of the owner the caller declares and of the
@@ -61,6 +62,7 @@ if redis.call('EXISTS', K.req) == 1 then
     redis.call('EXPIRE', K.prev_inbox, settled_ttl)
     redis.call('SREM', K.prev_asked, request_id)
     redis.call('HSET', K.req, 'inbox', K.inbox)
+    audit(K, request_id, 'reattached', {process = A.process})
   end
   register_caller()
   return {'ATTACHED', r.tier or ''}
@@ -87,8 +89,11 @@ if idempotent then  -- (abort_turn reads which index to expire from the hash)
   redis.call('SET', K.idem, request_id)
   redis.call('HSET', K.req, 'idem', K.idem)
 end
-local entry = offer_to(K, request_id, priority, members, now)
 local timeout = tonumber(A.timeout_ms)
+audit(K, request_id, 'asked', {agent = A.agent_id, turn = A.turn_id,
+  owner = given(A.claimed_owner), timeout_ms = timeout > 0 and timeout or nil,
+  idempotent = idempotent or nil})
+local entry = offer_to(K, request_id, priority, members, now)
 if timeout > 0 then
   redis.call('SET', K.timeout_body, A.timeout_settlement)
   add_timer(K, 'timeout|' .. request_id, now + timeout)

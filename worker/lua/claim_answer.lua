@@ -2,13 +2,15 @@
 -- OFFERED|CLAIMED -> ANSWERED, with accept's guards (the offer is still the group's to
 -- decide) and answer's (the first valid answer wins). One round trip instead of two.
 -- uses: req reply payload timeout_body idem inbox asked turn pending events timers tier
--- args: tier_prefix settled_ttl events_maxlen request_id group tier offer settlement by
--- replies: ANSWERED | SETTLED state by code | NOT_FOUND | STALE_OFFER | NOT_OFFERED | STALE
+-- uses: audit audit_log recent
+-- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id group
+-- args: tier offer settlement by
+-- replies: ANSWERED | SETTLED state by code reason | NOT_FOUND | STALE_OFFER | NOT_OFFERED | STALE
 --@include request
 local group = A.group
 local r = load()
 local reply = not_deciding(r, group, A.tier, A.offer)
 if reply and reply[1] ~= 'CLAIMED' then return reply end
 if not current_view(r) then return {'STALE'} end
-settle(K, request_id, 'ANSWERED', '', A.settlement, A.by)
+settle(K, request_id, 'ANSWERED', '', A.settlement, A.by, {group = group})
 return {'ANSWERED'}

@@ -1,5 +1,7 @@
 -- Shared by every request script (included where a script says `--@include common`).
--- Such a script declares the arguments tier_prefix, settled_ttl and events_maxlen.
+-- Such a script declares the arguments tier_prefix, settled_ttl, events_maxlen,
+-- audit_maxlen and recent_max, and the keys audit (the request's trail) and audit_log
+-- (the deployment's audit stream); one that may settle a request declares recent too.
 --
 -- A script that may move a request to another tier gets the streams of every tier the
 -- caller knows of (`+tiers`); one that acts on the group's own tier, that one stream. A
@@ -14,6 +16,11 @@ local NO_ANSWERER_MESSAGE = 'No answerer accepted this question, so nobody can a
 local tier_prefix = A.tier_prefix
 local settled_ttl = tonumber(A.settled_ttl)
 local events_maxlen = A.events_maxlen
+local audit_maxlen = tonumber(A.audit_maxlen)  -- the audit stream's length; 0: no stream
+local recent_max = tonumber(A.recent_max)
+-- Entries kept in one request's trail (a transition per group and tier at most, so
+-- only a very wide waterfall reaches it; the latest are kept).
+local AUDIT_MAX = 200
 
 local declared = {}
 for _, key in ipairs(KEYS) do
@@ -26,9 +33,40 @@ local function tier_stream(priority)
   return nil
 end
 
+-- A script is one instant: TIME is read once, and every deadline and trail entry of
+-- the step carries the same time.
+local script_now = nil
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not script_now then
+    local t = redis.call('TIME')
+    script_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return script_now
+end
+
+-- The audit trail: the step that makes a transition appends what it did to the
+-- request's list (`{p}:audit:<id>`, one JSON object per entry: t = server ms, e = the
+-- event, and its facts), so the trail cannot disagree with the state. It expires with
+-- the request (settle). With audit_maxlen > 0 the entry also goes to the capped
+-- deployment stream `{p}:audit` that `askq audit tail` follows.
+-- k = {audit, audit_log}
+local function audit(k, request_id, event, facts)
+  local entry = facts or {}
+  entry.t, entry.e = now_ms(), event
+  local line = cjson.encode(entry)
+  if redis.call('RPUSH', k.audit, line) > AUDIT_MAX then
+    redis.call('LTRIM', k.audit, -AUDIT_MAX, -1)
+  end
+  if audit_maxlen > 0 then
+    redis.call('XADD', k.audit_log, 'MAXLEN', '~', audit_maxlen, '*', 'request', request_id,
+      'entry', line)
+  end
+end
+
+-- A string fact, or nothing (cjson has no way to leave out an empty string).
+local function given(value)
+  if value == nil or value == '' then return nil end
+  return value
 end
 
 local function split(s)
@@ -143,6 +181,7 @@ local function offer_to(k, request_id, priority, members, now)
   local list = table.concat(members, ',')
   redis.call('HSET', k.req, 'state', 'OFFERED', 'tier', priority, 'offer', entry,
     'offered', list, 'undecided', list, 'claimers', '')
+  audit(k, request_id, 'offered', {tier = tonumber(priority), groups = list})
   for _, group in ipairs(members) do
     local window = timing(k.group_info, group).window
     if window > 0 then add_timer(k, timer_of('window', request_id, entry, group), now + window) end
@@ -163,15 +202,27 @@ local function announce(k, request_id, state, code, by, field, value)
   redis.call('EXPIRE', k.events, settled_ttl)
 end
 
+-- What the trail calls a settlement.
+local function settled_event(state, code, defaulted)
+  if state == 'ANSWERED' then return defaulted and 'defaulted' or 'answered' end
+  if state == 'CANCELLED' then return code == 'TIMED_OUT' and 'timed_out' or 'cancelled' end
+  return 'failed'
+end
+
 -- The one settlement: reply written, caller woken, indexes and timers released,
--- answerers told. k = {req, reply, inbox, turn, pending, events, timers, asked,
--- payload, timeout_body, idem}
-local function settle(k, request_id, state, code, body, by)
+-- answerers told, the trail's last entry written and the trail and the request kept
+-- for settled_ttl (and listed among the recent ones, a capped index that forgets what
+-- expired). k = {req, reply, inbox, turn, pending, events, timers, asked, payload,
+-- timeout_body, idem, audit, audit_log, recent}. `note`: the trail entry's facts
+-- (group: the group it settled through; reason: why it was cancelled; defaulted).
+local function settle(k, request_id, state, code, body, by, note)
+  note = note or {}
   end_offer(k, request_id)
   drop_timer(k, 'timeout|' .. request_id)
   redis.call('SREM', k.asked, request_id)
+  local now = now_ms()
   redis.call('HSET', k.req, 'state', state, 'code', code, 'by', by,
-    'settled_ms', now_ms(), 'undecided', '', 'claimers', '')
+    'settled_ms', now, 'undecided', '', 'claimers', '', 'reason', note.reason or '')
   redis.call('EXPIRE', k.req, settled_ttl)
   redis.call('EXPIRE', k.payload, settled_ttl)  -- a late answer is still validated
   -- The idempotency index lasts as long as the request: the same key asked again
@@ -183,7 +234,18 @@ local function settle(k, request_id, state, code, body, by)
   redis.call('EXPIRE', k.inbox, settled_ttl)
   redis.call('SREM', k.turn, request_id)
   redis.call('ZREM', k.pending, request_id)
-  announce(k, request_id, state, code, by)
+  audit(k, request_id, settled_event(state, code, note.defaulted),
+    {code = given(code), by = given(by), group = note.group, reason = note.reason})
+  redis.call('EXPIRE', k.audit, settled_ttl)
+  redis.call('ZADD', k.recent, now, request_id)
+  redis.call('ZREMRANGEBYSCORE', k.recent, '-inf', now - settled_ttl * 1000)
+  redis.call('ZREMRANGEBYRANK', k.recent, 0, -(recent_max + 1))
+  redis.call('EXPIRE', k.recent, settled_ttl)
+  if note.reason then
+    announce(k, request_id, state, code, by, 'reason', note.reason)
+  else
+    announce(k, request_id, state, code, by)
+  end
 end
 
 -- A group is done with an entry of its tier that is no longer its to decide (settled,

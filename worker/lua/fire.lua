@@ -7,8 +7,8 @@
 --             channel retracts (event ESCALATED)
 --   remind    the group's channel re-notifies (event REMIND)
 -- uses: req reply payload timeout_body idem inbox asked turn pending events
--- uses: groups live group_info timers wake +tiers
--- args: tier_prefix settled_ttl events_maxlen request_id timer
+-- uses: groups live group_info timers wake audit audit_log recent +tiers
+-- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id timer
 -- replies: FIRED state | MOOT | GONE | STALE
 --@include request
 local member = A.timer
@@ -26,23 +26,26 @@ if kind == 'timeout' then
   if not current_view(r) then return {'STALE'} end
   local body = redis.call('GET', K.timeout_body)
   local settlement = cjson.decode(body)
-  settle(K, request_id, settlement.state, settlement.code or '', body, settlement.by or '')
+  local note = {defaulted = settlement.defaulted or nil}
+  if settlement.state == 'CANCELLED' then note.reason = 'timed out' end
+  settle(K, request_id, settlement.state, settlement.code or '', body, settlement.by or '', note)
   return {'FIRED', settlement.state}
 end
 if r.offer ~= offer then return moot() end
 local state
 if kind == 'window' then
   if not contains(r.undecided, group) then return moot() end
-  state = leave_undecided(r, group)
+  state = leave_undecided(r, group, 'window_missed')
 elseif kind == 'escalate' then
   if not contains(r.claimers, group) then return moot() end
-  state = leave_claim(r, group)
+  state = leave_claim(r, group, 'escalated')
   if state then
     announce(K, request_id, 'ESCALATED', '', '', 'group', group)
   end
 elseif kind == 'remind' then
   if not contains(r.claimers, group) then return moot() end
   drop_timer(K, member)
+  audit(K, request_id, 'reminded', {group = group, tier = tonumber(r.tier)})
   announce(K, request_id, 'REMIND', '', '', 'group', group)
   return {'FIRED', r.state}
 else

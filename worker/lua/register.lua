@@ -8,7 +8,7 @@
 -- registry holds changes nothing and is told what the group is (CONFLICT). Its kind
 -- and timings (decision window, escalation, reminder) are the last starter's.
 --
--- uses: groups group_info live consumers stream
+-- uses: groups group_info live consumers stream beats
 -- args: group priority info identity consumer ttl_ms mode
 -- replies: OK restored | CONFLICT priority info
 local GROUPS, INFO, LIVE, CONSUMERS, STREAM = K.groups, K.group_info, K.live, K.consumers, K.stream
@@ -48,8 +48,17 @@ else
 end
 
 local t = redis.call('TIME')
-local live_until = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local live_until = now + ttl
 redis.call('ZADD', CONSUMERS, live_until, consumer)
 redis.call('ZADD', LIVE, 'GT', live_until, group)
+-- When each replica last beat (`askq status` shows its age). At a start, forget the
+-- beats of replicas the group no longer lists (taken over and dropped).
+redis.call('HSET', K.beats, consumer, now)
+if mode == 'start' then
+  for _, name in ipairs(redis.call('HKEYS', K.beats)) do
+    if not redis.call('ZSCORE', CONSUMERS, name) then redis.call('HDEL', K.beats, name) end
+  end
+end
 if mode == 'start' then restored = '0' end
 return {'OK', restored}

@@ -1,7 +1,7 @@
 -- Forget an answerer group (`askq group remove`): its consumer group on its tier's
 -- stream, its registry entries, its replicas' liveness. The caller gave back what it
 -- held first. Refused while a replica of it is live (it would register it again).
--- uses: groups group_info live consumers stream
+-- uses: groups group_info live consumers stream beats
 -- args: group
 -- replies: REMOVED | LIVE replicas
 local GROUPS, INFO, LIVE, CONSUMERS, STREAM = K.groups, K.group_info, K.live, K.consumers, K.stream
@@ -14,5 +14,5 @@ redis.pcall('XGROUP', 'DESTROY', STREAM, group)
 redis.call('HDEL', GROUPS, group)
 redis.call('HDEL', INFO, group)
 redis.call('ZREM', LIVE, group)
-redis.call('DEL', CONSUMERS)
+redis.call('DEL', CONSUMERS, K.beats)
 return {'REMOVED'}

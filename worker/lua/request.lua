@@ -8,15 +8,16 @@ local request_id = A.request_id
 
 local function load()
   local f = redis.call('HMGET', K.req, 'state', 'tier', 'offer', 'undecided', 'claimers',
-    'by', 'code', 'inbox')
+    'by', 'code', 'inbox', 'reason')
   return {state = f[1], tier = f[2], offer = f[3], undecided = split(f[4]),
-    claimers = split(f[5]), by = f[6] or '', code = f[7] or '', inbox = f[8]}
+    claimers = split(f[5]), by = f[6] or '', code = f[7] or '', inbox = f[8],
+    reason = f[9] or ''}
 end
 
 -- The reply for a request that is no longer in play (or never was).
 local function gone(r)
   if not r.state then return {'NOT_FOUND'} end
-  return {'SETTLED', r.state, r.by, r.code}
+  return {'SETTLED', r.state, r.by, r.code, r.reason}
 end
 
 -- Before writing: the stream of the request's current tier must be declared, and the
@@ -46,32 +47,40 @@ end
 
 -- Nobody of the tier is left deciding or claiming: offer to the next tier, or fail
 -- NO_ANSWERER. Returns the new state, or nil (changing nothing) when the next tier's
--- stream was not declared.
-local function move_on(shown)
+-- stream was not declared. `note` writes the trail entry of the step that moved it,
+-- once it is sure to happen.
+local function move_on(shown, note)
   local plan = plan_fall_through(K.req, K.groups, K.live)
   if not plan then return nil end
+  note()
   return fall_through(K, request_id, plan, shown)
 end
 
--- The group leaves the undecided set of the current offer (it declined, or its
--- decision window closed); the last one out with no claim held moves the request on.
--- Returns the new state, or nil (nothing changed) when the view is stale.
-local function leave_undecided(r, group)
+-- The group leaves the undecided set of the current offer (`event`: it 'declined',
+-- or its decision window closed, 'window_missed'); the last one out with no claim held
+-- moves the request on. Returns the new state, or nil (nothing changed) when the view
+-- is stale.
+local function leave_undecided(r, group, event)
   if not current_view(r) then return nil end
+  local function note() audit(K, request_id, event, {group = group, tier = tonumber(r.tier)}) end
   local undecided = without(r.undecided, group)
-  if #undecided == 0 and #r.claimers == 0 then return move_on(false) end
+  if #undecided == 0 and #r.claimers == 0 then return move_on(false, note) end
+  note()
   redis.call('XACK', tier_prefix .. r.tier, group, r.offer)
   redis.call('HSET', K.req, 'undecided', table.concat(undecided, ','))
   drop_timer(K, timer_of('window', request_id, r.offer, group))
   return r.state
 end
 
--- The group gives up its claim (it released, or its escalation deadline passed); the
--- last claim out with nobody left deciding moves the request on. Returns as above.
-local function leave_claim(r, group)
+-- The group gives up its claim (`event`: it 'released', or its escalation deadline
+-- passed, 'escalated'); the last claim out with nobody left deciding moves the request
+-- on. Returns as above.
+local function leave_claim(r, group, event)
   if not current_view(r) then return nil end
+  local function note() audit(K, request_id, event, {group = group, tier = tonumber(r.tier)}) end
   local claimers = without(r.claimers, group)
-  if #claimers == 0 and #r.undecided == 0 then return move_on(true) end
+  if #claimers == 0 and #r.undecided == 0 then return move_on(true, note) end
+  note()
   redis.pcall('XACK', tier_prefix .. r.tier, group, r.offer)
   local state = (#claimers == 0) and 'OFFERED' or 'CLAIMED'
   redis.call('HSET', K.req, 'state', state, 'claimers', table.concat(claimers, ','))

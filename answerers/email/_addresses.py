@@ -1,0 +1,80 @@
+"""Per-request, per-recipient return addresses (VERP-style), bound by an HMAC.
+
+Each question email carries `Reply-To: answer+<request>.<mac>@<domain>` and is sent
+from the envelope address `bounce+<request>.<mac>@<domain>`, where `mac` is an HMAC
+of the kind, the request id and the recipient's address under a key derived from
+`ASKQ_EMAIL_SECRET`. So a reply is bound to its request and to the person it was sent
+to: a reply to another request's address, from another sender, or to an address
+someone made up, does not verify, and nothing is recorded. A bounce names, through its
+address, which recipient it is about.
+
+The MAC is 80 bits in lowercase base32: local parts may be case-folded by the servers
+in between, and each guess costs the guesser a whole SMTP transaction.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from askq import AskError, ErrorCode
+
+from ._routes import normal
+
+Kind = Literal["answer", "bounce"]
+_KEY_CONTEXT = b"askq email reply address v1"
+MAC_BYTES = 10
+_LOCAL = re.compile(r"^(answer|bounce)\+([A-Za-z0-9_-]{1,64})\.([a-z2-7]{16})$")
+
+
+@dataclass(frozen=True)
+class ReturnAddress:
+    kind: Kind
+    request_id: str
+    mac: str
+
+
+class ReplyAddresses:
+    """Mints and checks return addresses at `domain`; the first secret signs, every one
+    verifies (rotation, as for signed links)."""
+
+    def __init__(self, secrets: Sequence[str], domain: str) -> None:
+        if not secrets or any(not s for s in secrets):
+            raise AskError(ErrorCode.CONFIG_ERROR, "ASKQ_EMAIL_SECRET: a secret is empty")
+        self._keys = [hmac.new(s.encode(), _KEY_CONTEXT, hashlib.sha256).digest() for s in secrets]
+        self.domain = domain.lower()
+
+    @staticmethod
+    def _mac(key: bytes, kind: Kind, request_id: str, recipient: str) -> str:
+        message = f"{kind}\n{request_id}\n{normal(recipient)}".encode()
+        digest = hmac.new(key, message, hashlib.sha256).digest()[:MAC_BYTES]
+        return base64.b32encode(digest).decode("ascii").lower()
+
+    def address(self, kind: Kind, request_id: str, recipient: str) -> str:
+        mac = self._mac(self._keys[0], kind, request_id, recipient)
+        return f"{kind}+{request_id}.{mac}@{self.domain}"
+
+    def parse(self, address: str) -> ReturnAddress | None:
+        """The parts of one of our return addresses; None for any other address."""
+        local, at, domain = normal(address).rpartition("@")
+        if not at or domain != self.domain:
+            return None
+        found = _LOCAL.match(local)
+        if found is None:
+            return None
+        kind: Kind = "answer" if found.group(1) == "answer" else "bounce"
+        return ReturnAddress(kind, found.group(2), found.group(3))
+
+    def verifies(self, address: ReturnAddress, recipient: str) -> bool:
+        """Whether `address` was minted for `recipient` (constant-time, every secret)."""
+        return any(
+            hmac.compare_digest(
+                self._mac(key, address.kind, address.request_id, recipient), address.mac
+            )
+            for key in self._keys
+        )

@@ -1,0 +1,144 @@
+"""The email group's HTTP endpoint (Starlette on uvicorn): `POST /email/inbound` takes
+one raw MIME message (providers' inbound webhooks, relays that post mail rather than
+speak SMTP), authenticated by a shared secret (`Authorization: Bearer
+<ASKQ_EMAIL_INBOUND_SECRET>`); and the answer links' pages (`/a/<token>`: the web
+channel's signed-link routes, mounted for the email group) when links are on.
+
+The envelope, when the poster knows it, comes in `X-Askq-Mail-From` and
+`X-Askq-Rcpt-To` (comma-separated); without it the message's own headers say where it
+went. Replies: 200 with `{"outcome": ..., "detail": ...}` for every message read to the
+end, refusals included (posting them again would not change them); 401 a wrong
+secret; 400 not a message; 413 too large; 503 a failure of ours (retry later).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from askq import AskError, ErrorCode
+
+from ._inbox import Received
+from ._mime import Inbound, parse
+
+log = logging.getLogger("askq.email")
+
+INBOUND_PATH = "/email/inbound"
+HEALTH_PATH = "/healthz"
+
+Receive = Callable[[Inbound], Awaitable[Received]]
+
+
+class HttpEndpoint:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        receive: Receive,
+        secret: str | None,
+        max_bytes: int,
+        routes: Sequence[BaseRoute] = (),
+    ) -> None:
+        self.host = host
+        self._port = port
+        self.receive = receive
+        self.secret = secret
+        self.max_bytes = max_bytes
+        self.routes = list(routes)
+        self._server: uvicorn.Server | None = None
+        self._serving: asyncio.Task[None] | None = None
+        self.port: int | None = None
+
+    def app(self) -> Starlette:
+        routes: list[BaseRoute] = [Route(HEALTH_PATH, self._on_health, methods=["GET"])]
+        if self.secret:
+            routes.append(Route(INBOUND_PATH, self._on_inbound, methods=["POST"]))
+        return Starlette(routes=[*routes, *self.routes])
+
+    async def start(self) -> None:
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self._port))
+        except OSError as exc:
+            sock.close()
+            raise AskError(
+                ErrorCode.CONFIG_ERROR,
+                f"ASKQ_EMAIL_HTTP_HOST/ASKQ_EMAIL_HTTP_PORT: cannot listen on"
+                f" {self.host}:{self._port} ({exc.strerror or exc})",
+            ) from None
+        self.port = int(sock.getsockname()[1])
+        config = uvicorn.Config(
+            self.app(),
+            log_level="warning",
+            access_log=False,
+            proxy_headers=False,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+        )
+        self._server = uvicorn.Server(config)
+        self._serving = asyncio.create_task(self._server.serve(sockets=[sock]))
+        while not self._server.started:
+            if self._serving.done():
+                self._serving.result()
+                raise AskError(ErrorCode.CONFIG_ERROR, "the email HTTP endpoint stopped at start")
+            await asyncio.sleep(0.01)
+        log.info("email HTTP endpoint on http://%s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None and self._serving is not None:
+            self._server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._serving, timeout=5)
+        self._server = None
+        self._serving = None
+
+    def _authorized(self, request: Request) -> bool:
+        given = request.headers.get("Authorization", "")
+        expected = f"Bearer {self.secret}"
+        return hmac.compare_digest(given.encode(), expected.encode())
+
+    async def _body(self, request: Request) -> bytes | None:
+        """The body, or None once it is larger than allowed (read no further)."""
+        declared = request.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            return None
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > self.max_bytes:
+                return None
+        return bytes(body)
+
+    async def _on_inbound(self, request: Request) -> Response:
+        if not self._authorized(request):
+            log.warning("inbound mail POST from %s refused: bad secret", request.client)
+            return PlainTextResponse("missing or wrong bearer secret", status_code=401)
+        raw = await self._body(request)
+        if raw is None:
+            return PlainTextResponse(f"larger than {self.max_bytes} bytes", status_code=413)
+        if not raw.strip():
+            return PlainTextResponse("the body must be one raw MIME message", status_code=400)
+        mail_from = request.headers.get("X-Askq-Mail-From")
+        rcpt = request.headers.get("X-Askq-Rcpt-To", "")
+        rcpt_tos = tuple(a.strip() for a in rcpt.split(",") if a.strip())
+        try:
+            received = await self.receive(parse(raw, mail_from=mail_from, rcpt_tos=rcpt_tos))
+        except Exception:  # noqa: BLE001 - the poster retries on 5xx
+            log.exception("could not handle an inbound message")
+            return PlainTextResponse("temporary failure, try again later", status_code=503)
+        return JSONResponse({"outcome": received.verdict.value, "detail": received.detail})
+
+    async def _on_health(self, request: Request) -> Response:
+        return PlainTextResponse("ok")

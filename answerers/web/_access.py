@@ -1,0 +1,111 @@
+"""Who may see and answer which questions in the web inbox.
+
+`ASKQ_WEB_ROUTES` is a JSON object checked in written order, first match wins, `"*"`
+(the default) last wherever it is written, as the Slack answerer's routes are::
+
+    {"tenant=acme": ["alice", "bob"], "tenant=beta-*,env=prod": ["oncall"], "*": "*"}
+
+A key is a scope selector (`key=pattern` pairs joined by commas, shell-style patterns);
+a value is the users who may answer there (a JSON list or a comma-separated string),
+`"*"` meaning every signed-in user. The group accepts a request when a route matches
+its scope, and declines it (the waterfall moves on) when none does. Unset, the one
+route is `"*"` with `ASKQ_WEB_ALLOWLIST` (default: every signed-in user).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from askq import AskError, ErrorCode, scope_matches
+
+ROUTES_VAR = "ASKQ_WEB_ROUTES"
+ALLOWLIST_VAR = "ASKQ_WEB_ALLOWLIST"
+ANYONE = "*"
+# A user name: what a token signs in as, or what the proxy's header says (an email).
+USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,199}$")
+
+
+def _config_error(message: str) -> AskError:
+    return AskError(ErrorCode.CONFIG_ERROR, message)
+
+
+@dataclass(frozen=True)
+class AccessRoute:
+    selector: dict[str, str]
+    allow: frozenset[str]
+
+    def allows(self, user: str) -> bool:
+        return ANYONE in self.allow or user in self.allow
+
+
+@dataclass(frozen=True)
+class Access:
+    routes: tuple[AccessRoute, ...]
+
+    def match(self, scope: dict[str, str]) -> AccessRoute | None:
+        """The first route whose selector matches the scope; None: decline."""
+        return next((r for r in self.routes if scope_matches(r.selector, scope)), None)
+
+    def allows(self, user: str, scope: dict[str, str]) -> bool:
+        route = self.match(scope)
+        return route is not None and route.allows(user)
+
+
+def parse_users_list(raw: Any, where: str) -> frozenset[str]:
+    if isinstance(raw, str):
+        items: list[Any] = [part.strip() for part in raw.split(",") if part.strip()]
+    elif isinstance(raw, list):
+        items = raw
+    else:
+        raise _config_error(f"{where}: expected a list of user names")
+    for item in items:
+        if not isinstance(item, str) or not (item == ANYONE or USER_NAME.match(item)):
+            raise _config_error(f'{where}: {item!r} is not a user name or "{ANYONE}"')
+    return frozenset(items)
+
+
+def _selector(key: str) -> dict[str, str]:
+    if key == ANYONE:
+        return {}
+    selector: dict[str, str] = {}
+    for pair in key.split(","):
+        name, sep, pattern = pair.strip().partition("=")
+        if not sep or not name.strip() or not pattern.strip():
+            raise _config_error(
+                f'{ROUTES_VAR}[{key!r}]: a key is "{ANYONE}" or key=pattern[,key=pattern...]'
+            )
+        selector[name.strip()] = pattern.strip()
+    return selector
+
+
+def parse_access(routes_text: str, allowlist_text: str) -> Access:
+    """Read the two settings; every problem is a CONFIG_ERROR naming the variable."""
+    text = allowlist_text.strip() or ANYONE
+    raw: Any = text
+    if text.startswith("["):
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise _config_error(f"{ALLOWLIST_VAR}: not valid JSON ({exc})") from None
+    default_allow = parse_users_list(raw, ALLOWLIST_VAR)
+    if not routes_text.strip():
+        return Access((AccessRoute({}, default_allow),))
+    try:
+        table = json.loads(routes_text)
+    except ValueError as exc:
+        raise _config_error(f"{ROUTES_VAR}: not valid JSON ({exc})") from None
+    if not isinstance(table, dict) or not table:
+        raise _config_error(f'{ROUTES_VAR}: expected a non-empty JSON object, e.g. {{"*": "*"}}')
+    routes = []
+    for key in [k for k in table if k != ANYONE] + ([ANYONE] if ANYONE in table else []):
+        value = table[key]
+        allow = (
+            default_allow if value is None else parse_users_list(value, f"{ROUTES_VAR}[{key!r}]")
+        )
+        if not allow:
+            raise _config_error(f"{ROUTES_VAR}[{key!r}]: nobody may answer there")
+        routes.append(AccessRoute(_selector(key), allow))
+    return Access(tuple(routes))

@@ -1,0 +1,78 @@
+"""The web app of one replica: the inbox pages, the signed-link pages, static files,
+signed session cookies. Everything it knows lives in Redis (through the group's handle
+and store), so any replica serves any page and takes any answer."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+
+from askq import Answers, AskError, ErrorCode, GroupHandle, SignedLinks
+
+from ._config import WebConfig
+from ._inbox import Inbox
+from ._linkpages import links_routes
+from ._pages import InboxPages
+from ._render import STATIC_DIR, STATIC_PATH, Renderer
+
+log = logging.getLogger("askq.web")
+
+SESSION_COOKIE = "askq_session"
+
+
+def session_key(secret: str) -> str:
+    """The cookie-signing key, derived from the first secret for this use alone."""
+    return hmac.new(secret.encode(), b"askq web session v1", hashlib.sha256).hexdigest()
+
+
+def build_app(group: GroupHandle, config: WebConfig, inbox: Inbox) -> tuple[Starlette, InboxPages]:
+    renderer = Renderer()
+    pages = InboxPages(group, inbox, config.access, config.signin, renderer)
+
+    async def link_answered(request_id: str, answers: Answers, by: str) -> None:
+        await inbox.settle(request_id, "ANSWERED", by=by, code=None, overwrite=True)
+
+    routes = [
+        *pages.routes(),
+        *links_routes(
+            group,
+            SignedLinks(config.secrets),
+            renderer=renderer,
+            on_answered=link_answered,
+            secure_cookies=config.secure_cookies,
+        ),
+        Mount(STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="static"),
+    ]
+
+    async def unavailable(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, AskError)
+        if exc.code is ErrorCode.REDIS_UNAVAILABLE:
+            log.warning("a page failed: %s", exc)
+            return renderer.problem(503, "Try again shortly", "The question store is out of reach.")
+        log.error("a page failed: %s", exc)
+        return renderer.problem(500, "Something went wrong", f"{exc.code.value}: {exc.message}")
+
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(
+                SessionMiddleware,
+                secret_key=session_key(config.secrets[0]),
+                session_cookie=SESSION_COOKIE,
+                max_age=config.session_seconds,
+                same_site="lax",
+                https_only=config.secure_cookies,
+            )
+        ],
+        exception_handlers={AskError: unavailable},
+    )
+    return app, pages

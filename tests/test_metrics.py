@@ -1,0 +1,204 @@
+"""Prometheus metrics (issue 15, item 4) as an operator scrapes them: `askq worker` and
+`askq sweeper` processes with `--metrics-port`, a known sequence of asks, the
+endpoints parsed with prometheus_client's own parser, the counts asserted. And the
+core without the extra: runs, and `--metrics-port` is one CONFIG_ERROR line."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from conftest import ROOT, Backend, running
+from prometheus_client.parser import text_string_to_metric_families
+from test_cli_errors import one_line_error
+from test_processes import ASKQ, askq
+
+from askq import Caller, Seam
+from askq.answerers.memory import MemoryAnswerer
+
+QUESTION = ["-q", "Deploy now?", "-o", "Yes (Recommended)", "-o", "No"]
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+@contextlib.contextmanager
+def serving(backend: Backend, *args: str, **env: str) -> Iterator[int]:
+    """An askq process with --metrics-port 0; yields the port it says it serves on."""
+    proc = subprocess.Popen(
+        [*ASKQ, *args, "--metrics-port", "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=backend.env(ASKQ_METRICS_ADDR="127.0.0.1", **env),
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        found = re.search(r"metrics on :(\d+)", line)
+        assert found, line + proc.stderr.read()
+        yield int(found.group(1))
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
+
+
+def scrape(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+async def test_worker_metrics_after_a_known_sequence_of_asks(backend: Backend, seam: Seam) -> None:
+    """Three asks: tier 0 (policy decline) passes each on, tier 10 answers each."""
+    with (
+        serving(backend, "worker", "auto", "--group", "picky", "--policy", "decline") as picky,
+        serving(backend, "worker", "auto", "--group", "rules", "--priority", "10") as rules,
+    ):
+        for _ in range(3):
+            result = await asyncio.to_thread(askq, backend, "ask", *QUESTION)
+            assert result.returncode == 0, result.stderr
+        tier0, tier10 = scrape(picky), scrape(rules)
+
+        # One more ask, held by a group that shows it and does not answer (tier -1):
+        # pending by state, read from Redis at scrape time, by either endpoint.
+        holder = MemoryAnswerer()
+        async with running(seam, holder, "desk", priority=-1):
+            ask = asyncio.create_task(
+                seam.ask({"questions": [_question()]}, Caller(agent_id="a", turn_id="t-held"))
+            )
+            await holder.next_presented()
+            held = await asyncio.to_thread(scrape, picky)
+            await seam.abort_turn("t-held")
+            await asyncio.gather(ask, return_exceptions=True)
+
+    assert value(tier0, "askq_offers_total", group="picky", tier="0") == 3
+    assert value(tier0, "askq_decisions_total", group="picky", decision="declined") == 3
+    assert value(tier0, "askq_passed_on_total", group="picky", tier="0", how="declined") == 3
+    assert value(tier0, "askq_decision_seconds_count", group="picky") == 3
+    assert value(tier0, "askq_asks_total", group="picky", outcome="answered") == 0
+
+    assert value(tier10, "askq_offers_total", group="rules", tier="10") == 3
+    assert value(tier10, "askq_decisions_total", group="rules", decision="answered") == 3
+    assert value(tier10, "askq_asks_total", group="rules", outcome="answered") == 3
+    assert value(tier10, "askq_settlement_seconds_count", group="rules", outcome="answered") == 3
+    assert (
+        value(
+            tier10, "askq_settlement_seconds_bucket", group="rules", outcome="answered", le="+Inf"
+        )
+        == 3
+    )
+    assert value(tier10, "askq_pending_requests_total") == 0
+    assert value(tier10, "askq_redis_up") == 1
+
+    assert value(held, "askq_pending_requests", state="CLAIMED", tier="-1") == 1
+    assert value(held, "askq_pending_requests_total") == 1
+
+
+def _question() -> dict[str, object]:
+    return {
+        "id": "q1",
+        "header": "Deploy",
+        "question": "Deploy now?",
+        "options": [{"label": "Yes (Recommended)"}, {"label": "No"}],
+    }
+
+
+async def test_sweeper_metrics_count_the_timers_it_fires(backend: Backend, seam: Seam) -> None:
+    """A group that reminds after 0.2 s holds two asks: the sweeper fires their
+    reminders and says how late."""
+    holder = MemoryAnswerer()
+    with serving(backend, "sweeper") as port:
+        async with running(seam, holder, "desk", remind_after=0.2):
+            asks = [
+                asyncio.create_task(
+                    seam.ask({"questions": [_question()]}, Caller(agent_id="a", turn_id="t-r"))
+                )
+                for _ in range(2)
+            ]
+            for _ in range(2):
+                await holder.next_presented()
+            for _ in range(100):
+                samples = await asyncio.to_thread(scrape, port)
+                if value(samples, "askq_timers_fired_total", kind="remind") >= 2:
+                    break
+                await asyncio.sleep(0.1)
+            await seam.abort_turn("t-r")
+            await asyncio.gather(*asks, return_exceptions=True)
+    assert value(samples, "askq_timers_fired_total", kind="remind") == 2
+    assert value(samples, "askq_timer_lateness_seconds_count", kind="remind") == 2
+    assert value(samples, "askq_timers_fired_total", kind="window") == 0
+    assert ("askq_sweeper_lag_seconds", frozenset()) in samples
+
+
+def test_without_the_extra_the_core_runs_and_metrics_port_is_one_line(
+    backend: Backend, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "prometheus_client.py"
+    blocked.write_text("raise ImportError('prometheus_client is not installed (test)')\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    refused = askq(backend, "worker", "auto", "--metrics-port", "0", **env)
+    line = one_line_error(refused, "CONFIG_ERROR", 12)
+    assert "pip install 'askq[metrics]'" in line
+    refused = askq(backend, "sweeper", **env, ASKQ_METRICS_PORT="0")
+    assert "askq[metrics]" in one_line_error(refused, "CONFIG_ERROR", 12)
+    # Without --metrics-port the worker runs (and answers) with the module unimportable.
+    proc = subprocess.Popen(
+        [*ASKQ, "worker", "auto"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=backend.env(**env),
+    )
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline().endswith(": ready\n")
+        answered = askq(backend, "ask", *QUESTION, **env)
+        assert answered.returncode == 0, answered.stderr
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
+
+
+def test_the_grafana_dashboard_uses_only_metrics_askq_exposes(backend: Backend) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from askq._metrics import PrometheusRecorder, RedisCollector
+
+    registry = CollectorRegistry()
+    registry.register(RedisCollector(backend.settings()))
+    recorder = PrometheusRecorder(registry)
+    recorder.offered("g", 0)
+    recorder.decided("g", "accepted", 0.001)
+    recorder.settled("g", "answered", 1.0)
+    recorder.passed_on("g", 0, "declined")
+    recorder.reminded("g")
+    recorder.sent("slack", "ok")
+    recorder.fired("remind", 0.01)
+    recorder.recovered("callers_gone", 1)
+    families = list(text_string_to_metric_families(generate_latest(registry).decode()))
+    exposed = {sample.name for family in families for sample in family.samples}
+    exposed |= {family.name for family in families}  # a gauge with no series yet
+    dashboard = json.loads((ROOT / "deploy" / "grafana-dashboard.json").read_text())
+    used = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"askq_[a-z_]+", target["expr"])
+    }
+    assert used and used <= exposed, used - exposed
+    assert "askq_pending_requests" in exposed and "askq_sweeper_lag_seconds" in exposed

@@ -1,0 +1,213 @@
+"""The operator's view of requests: `askq show ID`, `askq requests`, `askq audit tail`.
+
+Agent text (questions, labels, ids, `by`) is printed as data: control characters
+written out escaped (`visible`), never markup.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from typing import Any
+
+import click
+
+from ._audit import STATES, Audit, AuditEntry, RequestDetail, RequestFilter, RequestSummary
+from ._cli_base import run_cli
+from ._seam import Seam
+from ._settings import Settings
+from ._text import visible
+
+
+def _audit(seam: Seam) -> Audit:
+    return Audit(seam.redis, seam.keys, seam.settings)
+
+
+def clock(ms: int | None) -> str:
+    """Server time (ms) as a UTC wall clock with milliseconds."""
+    if ms is None:
+        return "-"
+    when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d} UTC"
+
+
+def _echo(text: str = "") -> None:
+    click.echo(visible(text))
+
+
+@click.command()
+@click.argument("request_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def show(settings: Settings, request_id: str, as_json: bool) -> None:
+    """One request in full: its questions, scope and caller, where it is or how it
+    ended, its timeline (every transition, by whom, when) and its answers."""
+
+    async def run() -> RequestDetail:
+        async with Seam(settings=settings) as seam:
+            return await _audit(seam).show(request_id)
+
+    detail = run_cli(run)
+    if as_json:
+        click.echo(detail.model_dump_json(indent=2))
+        return
+    print_detail(detail)
+
+
+def print_detail(d: RequestDetail) -> None:
+    _echo(f"request  {d.id}")
+    _echo(f"state    {d.outcome}")
+    owner = f", owner {d.owner}" if d.owner else ""
+    _echo(f"caller   agent {d.agent}, turn {d.turn}{owner}")
+    scope = ", ".join(f"{k}={v}" for k, v in sorted(d.scope.items())) or "(none)"
+    _echo(f"scope    {scope}")
+    _echo(f"asked    {clock(d.created_ms)}")
+    if d.settled_ms is not None:
+        took = (d.settled_ms - (d.created_ms or d.settled_ms)) / 1000
+        _echo(f"settled  {clock(d.settled_ms)} (after {took:.3f} s)")
+    _echo()
+    _echo("questions")
+    for q in d.questions:
+        multi = " (multi-select)" if q.multi_select else ""
+        _echo(f"  {q.id} [{q.header}] {q.question}{multi}")
+        for n, option in enumerate(q.options, 1):
+            description = f" — {option.description}" if option.description else ""
+            _echo(f"    {n}. {option.label}{description}")
+    _echo()
+    _echo("timeline")
+    start = d.timeline[0].t if d.timeline else (d.created_ms or 0)
+    for entry in d.timeline:
+        _echo(f"  {clock(entry.t)[11:23]}  +{(entry.t - start) / 1000:8.3f}s  {entry.describe()}")
+    if not d.timeline:
+        _echo("  (no trail: asked before askq kept one)")
+    if d.answers is not None:
+        _echo()
+        _echo("answers" + (" (the ask's default, on timeout)" if d.defaulted else f" by {d.by}"))
+        for a in d.answers:
+            picked = ", ".join(a.selected) or "-"
+            custom = f"; custom: {a.custom}" if a.custom is not None else ""
+            _echo(f"  {a.id}: {picked}{custom}")
+    elif d.message:
+        _echo()
+        _echo(f"the caller was told: {d.message}")
+
+
+@click.command()
+@click.option("--state", type=click.Choice(STATES, case_sensitive=False), default=None)
+@click.option("--agent", default=None, help="Only this agent's requests.")
+@click.option("--turn", default=None, help="Only this turn's requests.")
+@click.option("--group", default=None, help="Only requests offered to this group.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10000))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def requests(
+    settings: Settings,
+    state: str | None,
+    agent: str | None,
+    turn: str | None,
+    group: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """The pending requests and the recently settled ones (kept for ASKQ_SETTLED_TTL),
+    newest first. `askq show ID` tells one in full."""
+    if state is not None and state.lower() not in ("pending", "settled"):
+        state = state.upper()
+    elif state is not None:
+        state = state.lower()
+    keep = RequestFilter(state=state, agent=agent, turn=turn, group=group)
+
+    async def run() -> list[RequestSummary]:
+        async with Seam(settings=settings) as seam:
+            return await _audit(seam).requests(keep, limit)
+
+    rows = run_cli(run)
+    if as_json:
+        click.echo(json.dumps([r.model_dump() for r in rows], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="requests (newest first)")
+    # The id is what an operator acts on (`askq show ID`): never cut, never wrapped;
+    # the other columns fold on a narrow terminal.
+    table.add_column("request", no_wrap=True, min_width=32)
+    for name in ("state", "header", "agent", "turn", "groups", "asked", "outcome"):
+        table.add_column(name, overflow="fold")
+    for r in rows:
+        outcome = _summary_outcome(r)
+        cells = [
+            r.id,
+            r.state.value,
+            r.header,
+            r.agent,
+            r.turn,
+            ",".join(r.groups),
+            clock(r.created_ms)[:19],
+            outcome,
+        ]
+        table.add_row(*[Text(visible(c)) for c in cells])
+    Console(highlight=False).print(table)
+
+
+def _summary_outcome(r: RequestSummary) -> str:
+    if r.state == "ANSWERED":
+        return f"by {r.by}"
+    if r.state == "CANCELLED":
+        return AuditEntry(t=0, e="cancelled", reason=r.reason, code=r.code).describe()
+    if r.state == "FAILED":
+        return r.code
+    return f"tier {r.tier}, {r.age_seconds:.0f}s"
+
+
+@click.group()
+def audit() -> None:
+    """The deployment's audit stream ({prefix}:audit; written when
+    ASKQ_AUDIT_STREAM_MAXLEN > 0 on the workers, sweepers and callers)."""
+
+
+@audit.command("tail")
+@click.option("-n", "--lines", default=20, show_default=True, type=click.IntRange(0))
+@click.option("-f", "--follow", is_flag=True, help="Keep printing entries as they are written.")
+@click.option("--jsonl", is_flag=True, help="One JSON object per line (for a log shipper).")
+@click.pass_obj
+def audit_tail(settings: Settings, lines: int, follow: bool, jsonl: bool) -> None:
+    """The last entries of the audit stream; with -f, then every new one."""
+
+    async def run() -> int:
+        count = 0
+        async with Seam(settings=settings) as seam:
+            conn = seam.blocking_connection()
+            try:
+                async for entry in _audit(seam).tail(conn, last=lines, follow=follow):
+                    count += 1
+                    _print_entry(entry, jsonl)
+            finally:
+                await conn.aclose()
+        return count
+
+    try:
+        count = run_cli(run)
+    except KeyboardInterrupt:  # `-f` ends with Ctrl-C
+        return
+    if count == 0 and not follow:
+        click.echo(
+            "the audit stream is empty (is ASKQ_AUDIT_STREAM_MAXLEN set where requests"
+            " are asked and answered? each request's own trail is in `askq show ID`)",
+            err=True,
+        )
+
+
+def _print_entry(entry: dict[str, Any], jsonl: bool) -> None:
+    if jsonl:
+        click.echo(json.dumps(entry, ensure_ascii=False, separators=(",", ":")))
+    else:
+        try:
+            parsed = AuditEntry.model_validate({k: v for k, v in entry.items() if k != "id"})
+            text = f"{clock(parsed.t)}  {entry.get('request', '')}  {parsed.describe()}"
+        except ValueError:
+            text = json.dumps(entry)
+        click.echo(visible(text))
+    sys.stdout.flush()

@@ -1,0 +1,270 @@
+"""Prometheus metrics of a worker or sweeper process (`--metrics-port`, the 'metrics'
+extra), each counted where that process sees it:
+
+    worker (runtime)   askq_offers_total{group,tier}             fresh offers read
+                       askq_decisions_total{group,decision}      accepted | declined | answered
+                       askq_decision_seconds{group}              offer read -> decision written
+                       askq_asks_total{group,outcome}            what became of the requests the
+                       askq_settlement_seconds{group,outcome}    group held (answered here,
+                                                                 answered_elsewhere, aborted,
+                                                                 timed_out, no_answerer,
+                                                                 escalated, released); seconds
+                                                                 since the ask
+                       askq_passed_on_total{group,tier,how}      the group passed a request on
+                                                                 (declined, released, escalated):
+                                                                 a tier falls through once all
+                                                                 of its groups have
+                       askq_reminders_total{group}               reminders its channel ran
+    worker (sends)     askq_sends_total{channel,result}          ok | retry | failed
+    sweeper            askq_timers_fired_total{kind}             window|escalate|remind|timeout
+                       askq_timer_lateness_seconds{kind}         due time -> fired
+                       askq_recovered_total{what}                callers_gone | orphans_released
+    read from Redis    askq_pending_requests{state,tier}         the oldest PENDING_SAMPLE pending
+    at scrape time     askq_pending_requests_total               all pending (ZCARD)
+                       askq_sweeper_lag_seconds                  how overdue the oldest timer is
+                       askq_timers_scheduled                     timers waiting
+
+Without the extra nothing here imports prometheus_client: the process records into
+`Recorder`, whose methods do nothing (a Python call each, no Redis round trip: see
+`bench/metrics_cost.py`). `serve_metrics` swaps in the Prometheus recorder.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from ._errors import AskError, ErrorCode
+from ._keys import Keys
+from ._settings import Settings
+
+log = logging.getLogger("askq.metrics")
+
+PENDING_SAMPLE = 1000  # pending requests read per scrape, oldest first: a bounded cost
+SECONDS_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86400)
+FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+
+
+class Recorder:
+    """What the processes report. This base records nothing (no extra installed, or no
+    port asked for); `PrometheusRecorder` counts."""
+
+    enabled = False
+
+    def offered(self, group: str, tier: int) -> None: ...
+
+    def decided(self, group: str, decision: str, seconds: float) -> None: ...
+
+    def settled(self, group: str, outcome: str, seconds: float) -> None: ...
+
+    def passed_on(self, group: str, tier: int, how: str) -> None: ...
+
+    def reminded(self, group: str) -> None: ...
+
+    def sent(self, channel: str, result: str) -> None: ...
+
+    def fired(self, kind: str, lateness: float) -> None: ...
+
+    def recovered(self, what: str, count: int) -> None: ...
+
+
+recorder: Recorder = Recorder()
+
+
+def outcome_of(state: str, code: str | None) -> str:
+    """A retraction's (or settlement's) state and code as an `outcome` label."""
+    if state == "ANSWERED":
+        return "answered_elsewhere"
+    if state == "CANCELLED":
+        return "timed_out" if code == "TIMED_OUT" else "aborted"
+    if state == "FAILED":
+        return "no_answerer" if code == "NO_ANSWERER" else "failed"
+    return "escalated"
+
+
+def seconds_since(created_ms: int | None) -> float:
+    return max(0.0, time.time() - created_ms / 1000) if created_ms else 0.0
+
+
+class PrometheusRecorder(Recorder):
+    enabled = True
+
+    def __init__(self, registry: Any) -> None:
+        from prometheus_client import Counter, Histogram
+
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+        def counter(name: str, doc: str, labels: list[str]) -> Any:
+            return Counter(name, doc, labels, registry=registry)
+
+        def histogram(name: str, doc: str, labels: list[str], buckets: Any) -> Any:
+            return Histogram(name, doc, labels, registry=registry, buckets=buckets)
+
+        self._offers = counter("askq_offers", "Fresh offers read by a group.", ["group", "tier"])
+        self._decisions = counter(
+            "askq_decisions", "A group's decisions on offers.", ["group", "decision"]
+        )
+        self._decision_seconds = histogram(
+            "askq_decision_seconds", "Offer read to decision written.", ["group"], FAST_BUCKETS
+        )
+        self._asks = counter(
+            "askq_asks", "What became of the requests a group held.", ["group", "outcome"]
+        )
+        self._settlement_seconds = histogram(
+            "askq_settlement_seconds",
+            "Seconds from the ask to its outcome, for the requests a group held.",
+            ["group", "outcome"],
+            SECONDS_BUCKETS,
+        )
+        self._passed_on = counter(
+            "askq_passed_on", "A group passed a request on.", ["group", "tier", "how"]
+        )
+        self._reminders = counter("askq_reminders", "Reminders a channel ran.", ["group"])
+        self._sends = counter("askq_sends", "Channel sends by result.", ["channel", "result"])
+        self._fired = counter("askq_timers_fired", "Timers the sweeper fired.", ["kind"])
+        self._lateness = histogram(
+            "askq_timer_lateness_seconds", "Due time to fired.", ["kind"], FAST_BUCKETS
+        )
+        self._recovered = counter("askq_recovered", "Sweeper recovery, by kind.", ["what"])
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """The labelled series, cached: prometheus_client's `labels()` costs ~3 µs a
+        call here (a lock and a dict under it), an `inc()` on the child a third of that."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def offered(self, group: str, tier: int) -> None:
+        self._child(self._offers, group, str(tier)).inc()
+
+    def decided(self, group: str, decision: str, seconds: float) -> None:
+        self._child(self._decisions, group, decision).inc()
+        self._child(self._decision_seconds, group).observe(seconds)
+
+    def settled(self, group: str, outcome: str, seconds: float) -> None:
+        self._child(self._asks, group, outcome).inc()
+        self._child(self._settlement_seconds, group, outcome).observe(seconds)
+
+    def passed_on(self, group: str, tier: int, how: str) -> None:
+        self._child(self._passed_on, group, str(tier), how).inc()
+
+    def reminded(self, group: str) -> None:
+        self._child(self._reminders, group).inc()
+
+    def sent(self, channel: str, result: str) -> None:
+        self._child(self._sends, channel, result).inc()
+
+    def fired(self, kind: str, lateness: float) -> None:
+        self._child(self._fired, kind).inc()
+        self._child(self._lateness, kind).observe(lateness)
+
+    def recovered(self, what: str, count: int) -> None:
+        if count:
+            self._child(self._recovered, what).inc(count)
+
+
+class RedisCollector:
+    """Gauges read from Redis when Prometheus scrapes (in the server's thread, on a
+    connection of its own): pending requests by state and tier, and timer lag. Bounded:
+    ZCARDs, one ZRANGE of at most PENDING_SAMPLE ids and their states in one pipeline."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.prefix)
+        self._redis: Any = None
+
+    def _client(self) -> Any:
+        if self._redis is None:
+            import redis
+
+            self._redis = redis.Redis.from_url(
+                self.settings.redis_url,
+                decode_responses=True,
+                socket_timeout=self.settings.socket_timeout,
+                socket_connect_timeout=self.settings.socket_timeout,
+                client_name=f"askq-metrics-{id(self):x}",
+            )
+        return self._redis
+
+    def collect(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        up = GaugeMetricFamily("askq_redis_up", "1 when the scrape could read Redis.")
+        try:
+            families = self._read()
+        except Exception as exc:  # noqa: BLE001 - a scrape must answer, Redis or not
+            log.warning("metrics: cannot read Redis: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from families
+
+    def _read(self) -> list[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        r, k = self._client(), self.keys
+        with r.pipeline(transaction=False) as pipe:
+            pipe.zcard(k.pending)
+            pipe.zrange(k.pending, 0, PENDING_SAMPLE - 1)
+            pipe.zcard(k.timers)
+            pipe.zrange(k.timers, 0, 0, withscores=True)
+            pipe.time()
+            total, ids, timers, head, (secs, micros) = pipe.execute()
+        with r.pipeline(transaction=False) as pipe:
+            for request_id in ids:
+                pipe.hmget(k.request(request_id), "state", "tier")
+            rows = pipe.execute() if ids else []
+        counts: dict[tuple[str, str], int] = {}
+        for state, tier in rows:
+            if state:
+                counts[(state, tier or "")] = counts.get((state, tier or ""), 0) + 1
+        pending = GaugeMetricFamily(
+            "askq_pending_requests",
+            f"Pending requests by state and tier (the oldest {PENDING_SAMPLE}).",
+            labels=["state", "tier"],
+        )
+        for (state, tier), n in sorted(counts.items()):
+            pending.add_metric([state, tier], n)
+        now_ms = int(secs) * 1000 + int(micros) // 1000
+        lag = max(0.0, (now_ms - head[0][1]) / 1000) if head else 0.0
+        return [
+            pending,
+            GaugeMetricFamily("askq_pending_requests_total", "All pending requests.", total),
+            GaugeMetricFamily("askq_timers_scheduled", "Timers waiting to fire.", timers),
+            GaugeMetricFamily(
+                "askq_sweeper_lag_seconds",
+                "How overdue the oldest timer is (0 when none is due): a sweeper behind.",
+                lag,
+            ),
+        ]
+
+
+def serve_metrics(settings: Settings, port: int | None = None) -> int | None:
+    """Serve the metrics on `port` (else `ASKQ_METRICS_PORT`; 0: a free port) and
+    record from now on; returns the port, or None when none was asked for. Without
+    the 'metrics' extra, asking for one is a CONFIG_ERROR."""
+    global recorder
+    port = settings.metrics_port if port is None else port
+    if port is None:
+        return None
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+    except ImportError:
+        raise AskError(
+            ErrorCode.CONFIG_ERROR,
+            "--metrics-port needs prometheus-client: pip install 'askq[metrics]'",
+        ) from None
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RedisCollector(settings))
+    try:
+        server, _thread = start_http_server(port, addr=settings.metrics_addr, registry=registry)
+    except OSError as exc:
+        raise AskError(ErrorCode.CONFIG_ERROR, f"--metrics-port {port}: {exc}") from None
+    recorder = PrometheusRecorder(registry)
+    served: int = server.server_port
+    return served

@@ -49,6 +49,7 @@ from ._requests import RequestInfo
 from ._seam import Seam
 from ._sends import SendQueue
 from ._shown import Shown
+from ._status import full_status
 from ._store import ChannelStore
 from ._text import cut, visible
 
@@ -57,6 +58,7 @@ log = logging.getLogger("askq.runtime")
 GROUP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 READ_COUNT = 64
 MAX_IN_FLIGHT = 256
+FLEET_LISTED = 100  # pending requests a dashboard (GroupHandle.fleet) lists by age
 
 
 def stop_on_signals() -> asyncio.Event:
@@ -189,7 +191,7 @@ class AnswererRuntime:
             restore=self.shown.show,
             sender=self.sends.enqueue if answerer.uses_sends else None,
             live=self.ready.is_set,
-            fleet=seam.status,
+            fleet=lambda: full_status(seam, FLEET_LISTED),
         )
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[Any]] = set()

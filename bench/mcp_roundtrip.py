@@ -7,7 +7,8 @@ One `askq worker auto` process answers every question at once (its recommended
 option). Rows: the seed question asked directly on a seam (the baseline), then through
 `askq mcp` with the `mcp` SDK's client, over stdio and over streamable HTTP (uvicorn),
 in each protocol era (2025-11-25 handshake, 2026-07-28 stateless); sequential calls,
-median and p99 of the whole call as the agent sees it. An MCP call costs the SDK's
+median and p99 of the whole call as the agent sees it; beside each, a `tools/list` on
+the same connection (no Redis at all): the SDK's own floor. An MCP call costs the SDK's
 framing and validation on both sides, and askq mcp's own steps (the reattach record:
 a read, an idempotency lookup, a write, and the settlement record after), on top of
 the ask itself.
@@ -83,6 +84,11 @@ async def run(url: str, n: int) -> None:
                     return result
 
                 rows.append((f"askq mcp, {transport}, {version}", await timed(n, call)))
+
+                async def listing(i: int, client: Client = client) -> object:
+                    return await client.list_tools(cache_mode="bypass")
+
+                rows.append(("  tools/list (the SDK's floor)", await timed(n, listing)))
     print(f"{'path':<36} {'median / p99':>22}   ({n} sequential calls each)")
     for name, latency in rows:
         print(f"{name:<36} {latency!s:>22}")

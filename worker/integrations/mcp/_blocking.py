@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from askq import AskError, AskUserQuestionTool, ChannelStore, ToolResult
+from askq import AskError, AskUserQuestionTool, ChannelStore, ErrorCode, ToolResult
 
 from ._identity import Who
 from ._settings import McpSettings
@@ -102,19 +102,27 @@ class BlockingCalls:
             raise
 
     async def _ask(self, args: Any, who: Who, key: str, base: str | None) -> ToolResult:
+        result: ToolResult | None = None
         try:
-            return await self.tool.execute(args, who.caller, tool_call_id=key)
+            result = await self.tool.execute(args, who.caller, tool_call_id=key)
+            return result
         finally:
             if base is not None:
-                await self._settled(key, base)
+                # Before the result goes back: the model may ask the same at once.
+                await self._settled(
+                    key, base, surely=result is not None and not _maybe_open(result)
+                )
 
-    async def _settled(self, key: str, base: str) -> None:
-        """The request under `key` settled: the same arguments ask anew from now on. (An
-        ask can also end while its request waits on: a re-issued call took it over.)"""
+    async def _settled(self, key: str, base: str, *, surely: bool) -> None:
+        """The request under `key` settled: the same arguments ask anew from now on.
+        `surely`: the ask ended with the request's own settlement; otherwise (ABORTED,
+        a cancelled task) it may still be open: a re-issued call took it over."""
         seam = self.tool.seam
         try:
             request_id = await seam.idempotent_request(key)
-            if request_id is not None and await seam.settlement(request_id) is not None:
+            if request_id is None:
+                return
+            if surely or await seam.settlement(request_id) is not None:
                 await self.store.set_fields(f"gen:{base}", {"after": request_id})
         except AskError as exc:
             log.warning("could not record the settlement of %s: %s", key, exc)
@@ -163,3 +171,10 @@ class BlockingCalls:
             task.cancel()
         if waiting:
             await asyncio.gather(*waiting, return_exceptions=True)
+
+
+def _maybe_open(result: ToolResult) -> bool:
+    """An ask that ended ABORTED may have left its request open (taken over by another
+    call, or this server's seam closing), and so may one that failed unexpectedly; any
+    other outcome is the request's own settlement (or there is no request)."""
+    return result.code in (ErrorCode.ABORTED, ErrorCode.INTERNAL, ErrorCode.REDIS_UNAVAILABLE)

@@ -85,7 +85,8 @@ class Handles:
         try:
             while not task.done() and await self.tool.seam.idempotent_request(_key(handle)) is None:
                 await asyncio.wait({task}, timeout=PUBLISHED_POLL)
-        except AskError as exc:  # Redis out of reach: the ask itself retries; say so
+        except AskError as exc:  # Redis out of reach: no handle to give, so no question
+            task.cancel()  # (withdrawn once Redis is back, if it got published)
             return ToolResult(content=str(exc), is_error=True, code=exc.code)
         return await self._outcome(handle, task, 0) if task.done() else result
 

@@ -23,13 +23,14 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
+import redis.asyncio as aioredis
 from mcp import Client, StdioServerParameters
 
 from askq import Caller, Seam, Settings
 from askq._demo import SEED_QUESTION
 
 from . import _procs
-from ._common import Latency, new_prefix
+from ._common import Latency, new_prefix, wipe
 from ._redis_server import RedisServer, free_port
 
 ERAS = {"2025-11-25": "legacy", "2026-07-28": "2026-07-28"}
@@ -89,6 +90,12 @@ async def run(url: str, n: int) -> None:
                     return await client.list_tools(cache_mode="bypass")
 
                 rows.append(("  tools/list (the SDK's floor)", await timed(n, listing)))
+    _procs.stop_all()
+    client = aioredis.Redis.from_url(url)
+    try:
+        await wipe(client, prefix)  # a run on a shared Redis leaves nothing behind
+    finally:
+        await client.aclose()
     print(f"{'path':<36} {'median / p99':>22}   ({n} sequential calls each)")
     for name, latency in rows:
         print(f"{name:<36} {latency!s:>22}")

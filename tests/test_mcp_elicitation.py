@@ -253,3 +253,64 @@ async def test_url_mode_is_a_question_carrying_the_link(
                 assert [o.label for o in question.options] == ["Done", "Decline"]
                 await mem.answer(offer.request_id, [{"id": question.id, "selected": [label]}])
                 assert await asyncio.wait_for(call, 20) == {"action": action}
+
+
+async def test_more_choices_than_askq_shows_are_free_text_checked_against_them(
+    backend: Backend, seam: Seam
+) -> None:
+    choices = [f"zone-{n}" for n in range(12)]
+    schema = {
+        "type": "object",
+        "properties": {
+            "zone": {"type": "string", "enum": choices},
+            "tier": {"type": "string", "enum": ["1", "2"], "enumNames": ["Gold", "Silver"]},
+        },
+        "required": ["zone", "tier"],
+    }
+    mem = MemoryAnswerer()
+    bridge = ElicitationBridge(seam, Caller(agent_id="agent-1", turn_id="t-zones"))
+    async with running(seam, mem, "humans"):
+        async with Client(eliciting_server(), mode="legacy", elicitation_callback=bridge) as client:
+            call = asyncio.ensure_future(elicit(client, message="Where?", schema=schema))
+            offer = await mem.next_presented(20)
+            zone, tier = offer.questions
+            assert zone.options == [] and "zone-11" in zone.question
+            assert [o.label for o in tier.options] == ["Gold", "Silver"]
+            await mem.answer(
+                offer.request_id,
+                [{"id": "zone", "custom": "zone-99"}, {"id": "tier", "selected": ["Silver"]}],
+            )
+            again = await mem.next_presented(20)
+            assert [q.id for q in again.questions] == ["zone"]
+            assert "not one of the choices" in again.questions[0].question
+            await mem.answer(again.request_id, [{"id": "zone", "custom": "ZONE-7"}])
+            assert await asyncio.wait_for(call, 20) == {
+                "action": "accept",
+                "content": {"zone": "zone-7", "tier": "2"},
+            }
+
+
+async def test_property_names_askq_cannot_use_as_ids_still_come_back_by_name(
+    backend: Backend, seam: Seam
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"first name": {"type": "string"}, "field0": {"type": "boolean"}},
+        "required": ["first name", "field0"],
+    }
+    mem = MemoryAnswerer()
+    bridge = ElicitationBridge(seam, Caller(agent_id="agent-1", turn_id="t-names"))
+    async with running(seam, mem, "humans"):
+        async with Client(eliciting_server(), mode="2026-07-28", elicitation_callback=bridge) as c:
+            call = asyncio.ensure_future(elicit(c, message="Name?", schema=schema))
+            offer = await mem.next_presented(20)
+            first, flag = offer.questions
+            assert first.header == "first name" and first.id != flag.id
+            await mem.answer(
+                offer.request_id,
+                [{"id": first.id, "custom": "Ann"}, {"id": flag.id, "selected": ["Yes"]}],
+            )
+            assert await asyncio.wait_for(call, 20) == {
+                "action": "accept",
+                "content": {"first name": "Ann", "field0": True},
+            }

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from conftest import ROOT, SEED, YES_JSON, Backend, running
 from mcp import Client
-from mcp_servers import ERAS, TRANSPORTS, http_server, mcp_client
+from mcp_servers import ERAS, TRANSPORTS, http_server, mcp_client, mcp_env
 from test_processes import worker_process
 
 from askq import Seam, input_schema
@@ -75,10 +75,16 @@ async def test_progress_arrives_while_the_human_is_slow(
 async def test_client_cancellation_withdraws_the_question(
     backend: Backend, seam: Seam, transport: str, era: str
 ) -> None:
-    """notifications/cancelled withdraws at once; on 2026-era HTTP the cancellation is
-    closing the response stream, withdrawn once the reattach grace (1 s here) is over."""
+    """notifications/cancelled withdraws at once (the grace a dropped call gets is set
+    to a minute here, so only the explicit path can withdraw it in time); on 2026-era
+    HTTP the cancellation is closing the response stream, withdrawn after the grace."""
     mem = MemoryAnswerer()
-    async with running(seam, mem, "humans"), mcp_client(backend, transport, era) as client:
+    dropped = transport == "http" and era == "2026-07-28"
+    env = {"ASKQ_MCP_REATTACH_GRACE": "1" if dropped else "60"}
+    async with (
+        running(seam, mem, "humans"),
+        mcp_client(backend, transport, era, env=env) as client,
+    ):
         call = asyncio.ensure_future(client.call_tool("ask_user_question", SEED))
         offer = await mem.next_presented(20)
         call.cancel()
@@ -174,10 +180,14 @@ async def test_askq_abort_reaches_the_turn_the_client_names(
 
 async def test_the_session_is_the_turn_by_default(backend: Backend, seam: Seam) -> None:
     mem = MemoryAnswerer()
-    async with running(seam, mem, "humans"), mcp_client(backend, "http", "legacy") as client:
+    env = {"ASKQ_MCP_SCOPE": '{"tenant":"acme"}'}
+    async with (
+        running(seam, mem, "humans"),
+        mcp_client(backend, "http", "legacy", env=env) as client,
+    ):
         call = asyncio.ensure_future(client.call_tool("ask_user_question", SEED))
         offer = await mem.next_presented(20)
-        assert offer.caller.agent_id == "mcp"
+        assert offer.caller.agent_id == "mcp" and offer.scope == {"tenant": "acme"}
         assert offer.caller.turn_id.startswith("mcp-session-")
         await seam.abort_turn(offer.caller.turn_id)
         assert text(await asyncio.wait_for(call, 20)).startswith("ABORTED: ")
@@ -239,10 +249,98 @@ async def test_handle_mode(backend: Backend, seam: Seam, era: str) -> None:
 def test_askq_mcp_without_the_extra_says_what_to_install(tmp_path: Any) -> None:
     """The core never imports mcp: without the SDK, `askq mcp` is one CONFIG_ERROR line."""
     (tmp_path / "mcp").mkdir()
-    (tmp_path / "mcp" / "__init__.py").write_text("raise ImportError('no', name='mcp')\n")
+    (tmp_path / "mcp" / "__init__.py").write_text("raise ModuleNotFoundError('no', name='mcp')\n")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
     result = subprocess.run(
         [sys.executable, "-m", "askq", "mcp"], capture_output=True, text=True, env=env, timeout=30
     )
     assert result.returncode != 0
     assert result.stderr.startswith("CONFIG_ERROR: askq mcp needs the mcp extra"), result.stderr
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    return (json.dumps(message) + "\n").encode()
+
+
+async def test_a_stdio_server_stopped_by_sigterm_withdraws_what_it_waits_on(
+    backend: Backend, seam: Seam
+) -> None:
+    """Raw JSON-RPC over the pipe (the 2025 handshake), then SIGTERM while the call
+    waits: the question is retracted and the server exits 0."""
+    mem = MemoryAnswerer()
+    async with running(seam, mem, "humans"):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "askq",
+            "mcp",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=mcp_env(backend, ASKQ_MCP_REATTACH_GRACE="60"),
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            init = {"protocolVersion": "2025-11-25", "capabilities": {}}
+            init["clientInfo"] = {"name": "raw", "version": "1"}
+            proc.stdin.write(
+                _line({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
+            )
+            reply = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+            assert reply["result"]["protocolVersion"] == "2025-11-25"
+            proc.stdin.write(_line({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            call = {"name": "ask_user_question", "arguments": SEED}
+            proc.stdin.write(
+                _line({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+            )
+            offer = await mem.next_presented(20)
+            proc.terminate()
+            assert (await mem.next_retracted(20)).request_id == offer.request_id
+            assert await asyncio.wait_for(proc.wait(), 20) == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("ASKQ_MCP_PROGRESS_INTERVAL", "0", "greater than 0"),
+        ("ASKQ_MCP_SCOPE", "tenant=acme", "not JSON"),
+        ("ASKQ_MCP_SCOPE", '{"a b": "x"}', 'scope["a b"]'),
+    ],
+)
+def test_a_bad_setting_is_one_config_error_line(
+    backend: Backend, name: str, value: str, says: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "askq", "mcp"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=mcp_env(backend, **{name: value}),
+    )
+    assert result.returncode == 12
+    assert result.stderr.startswith(f"CONFIG_ERROR: settings: {name}: "), result.stderr
+    assert says in result.stderr and result.stderr.count("\n") == 1
+
+
+async def test_a_connection_may_name_who_asks_unless_told_not_to(
+    backend: Backend, seam: Seam
+) -> None:
+    mem = MemoryAnswerer()
+    child = {"io.askq/agent": "helper-2", "io.askq/owner": "boss", "io.askq/turn": "t-9"}
+    async with seam.agent("boss"), running(seam, mem, "humans"):
+        async with mcp_client(backend, "stdio", "legacy") as client:
+            result = await client.call_tool("ask_user_question", SEED, meta=child)
+            assert result.is_error and text(result).startswith("DELEGATED_CALLER: ")
+            assert "'helper-2'" in text(result)
+        env = {"ASKQ_MCP_CLIENT_IDENTITY": "false"}
+        async with mcp_client(backend, "stdio", "legacy", env=env) as client:
+            call = asyncio.ensure_future(client.call_tool("ask_user_question", SEED, meta=child))
+            offer = await mem.next_presented(20)
+            assert (offer.caller.agent_id, offer.caller.owner) == ("mcp", None)
+            assert offer.caller.turn_id.startswith("mcp-stdio-")
+            await mem.answer(offer.request_id, NO)
+            assert text(await asyncio.wait_for(call, 20)) == NO_JSON

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import uuid
 from typing import Any
@@ -331,7 +332,9 @@ def mcp(settings: Settings, http: bool, host: str, port: int) -> None:
     Needs the mcp extra: pip install 'askq[mcp]'."""
     try:  # imported here: the core never imports the mcp SDK
         from .integrations.mcp import McpSettings, serve_http, serve_stdio
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("mcp", "mcp_types", "uvicorn"):
+            raise
         fail(
             AskError(
                 ErrorCode.CONFIG_ERROR,
@@ -355,8 +358,12 @@ def mcp(settings: Settings, http: bool, host: str, port: int) -> None:
                 on_ready=lambda url: click.echo(f"askq mcp: serving {url}: ready", err=True),
             )
         )
-    else:
-        run_cli(lambda: serve_stdio(settings, mcp_settings))
+    elif not run_cli(lambda: serve_stdio(settings, mcp_settings)):
+        # Stopped by a signal with stdin open: everything is withdrawn and closed, but
+        # the SDK's stdin reader thread would hold the interpreter at exit.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 @main.command()

@@ -11,7 +11,9 @@ the question can end apart:
 - a re-issued call finds the same request through askq's idempotency key: a digest of
   the agent, the conversation (turn or session) and the arguments, plus the id of the
   last request those settled as (kept in Redis), so the same question asked again
-  after it was answered is a new question, not the old answer.
+  after it was answered, or after its call was cancelled, is a new question, not the
+  old answer or the withdrawal. (A question answered while its call was dropped is
+  the answer the re-issued call gets: the human is never asked twice.)
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from askq import AskError, AskUserQuestionTool, ChannelStore, ToolResult
+from askq import AskError, AskUserQuestionTool, ChannelStore, ErrorCode, ToolResult
 
 from ._identity import Who
 from ._settings import McpSettings
@@ -51,7 +53,17 @@ class BlockingCalls:
             return f"mcp-call:{digest.hexdigest()[:40]}", None
         base = who.reattach_base(args)
         (after,) = await self.store.fields(f"gen:{base}", "after")
-        return f"mcp:{base}:{after or '-'}", base
+        key = f"mcp:{base}:{after or '-'}"
+        seam = self.tool.seam
+        request_id = await seam.idempotent_request(key)
+        if request_id is not None:
+            settled = await seam.settlement(request_id)
+            if settled is not None and settled.state == "CANCELLED" and settled.by == "caller":
+                # Withdrawn (a cancelled or dropped call) before its ask could record
+                # it: calling again is asking again, not reading the withdrawal.
+                await self.store.set_fields(f"gen:{base}", {"after": request_id})
+                key = f"mcp:{base}:{request_id}"
+        return key, base
 
     async def call(
         self,
@@ -90,19 +102,27 @@ class BlockingCalls:
             raise
 
     async def _ask(self, args: Any, who: Who, key: str, base: str | None) -> ToolResult:
+        result: ToolResult | None = None
         try:
-            return await self.tool.execute(args, who.caller, tool_call_id=key)
+            result = await self.tool.execute(args, who.caller, tool_call_id=key)
+            return result
         finally:
             if base is not None:
-                await self._settled(key, base)
+                # Before the result goes back: the model may ask the same at once.
+                await self._settled(
+                    key, base, surely=result is not None and not _maybe_open(result)
+                )
 
-    async def _settled(self, key: str, base: str) -> None:
-        """The request under `key` settled: the same arguments ask anew from now on. (An
-        ask can also end while its request waits on: a re-issued call took it over.)"""
+    async def _settled(self, key: str, base: str, *, surely: bool) -> None:
+        """The request under `key` settled: the same arguments ask anew from now on.
+        `surely`: the ask ended with the request's own settlement; otherwise (ABORTED,
+        a cancelled task) it may still be open: a re-issued call took it over."""
         seam = self.tool.seam
         try:
             request_id = await seam.idempotent_request(key)
-            if request_id is not None and await seam.settlement(request_id) is not None:
+            if request_id is None:
+                return
+            if surely or await seam.settlement(request_id) is not None:
                 await self.store.set_fields(f"gen:{base}", {"after": request_id})
         except AskError as exc:
             log.warning("could not record the settlement of %s: %s", key, exc)
@@ -151,3 +171,10 @@ class BlockingCalls:
             task.cancel()
         if waiting:
             await asyncio.gather(*waiting, return_exceptions=True)
+
+
+def _maybe_open(result: ToolResult) -> bool:
+    """An ask that ended ABORTED may have left its request open (taken over by another
+    call, or this server's seam closing), and so may one that failed unexpectedly; any
+    other outcome is the request's own settlement (or there is no request)."""
+    return result.code in (ErrorCode.ABORTED, ErrorCode.INTERNAL, ErrorCode.REDIS_UNAVAILABLE)

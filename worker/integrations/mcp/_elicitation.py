@@ -75,6 +75,8 @@ class ElicitationBridge:
                 return types.ElicitResult(action="decline")
             if exc.code in CANCELLED:
                 return types.ElicitResult(action="cancel")
+            if exc.code is ErrorCode.INVALID_REQUEST:  # a form askq's limits refuse
+                return types.ErrorData(code=types.INVALID_PARAMS, message=f"askq: {exc}")
             log.warning("elicitation not asked: %s", exc)
             return types.ErrorData(code=types.INTERNAL_ERROR, message=str(exc))
 

@@ -71,7 +71,7 @@ class Field:
         return {
             "id": self.qid,
             "header": cut(self.title, MAX_HEADER),
-            "question": cut("\n\n".join(p for p in parts if p), MAX_QUESTION),
+            "question": cut("\n\n".join(p for p in parts if p) or self.title, MAX_QUESTION),
             "options": options,
             "multiSelect": self.kind == "multi" and bool(options),
         }
@@ -274,10 +274,14 @@ def form_fields(schema: Mapping[str, Any]) -> list[Field]:
         raise FormError("requestedSchema has no properties to ask for")
     required = schema.get("required") or []
     fields: list[Field] = []
+    used: set[str] = set()
     for index, (name, prop) in enumerate(properties.items()):
         if not isinstance(prop, Mapping):
             raise FormError(f"property {name!r} is not a schema")
-        qid = name if ID.match(name) else f"field{index}"
+        qid = name if ID.match(name) and name not in used else f"field{index}"
+        while qid in used:  # a property named like another's stand-in id
+            qid += "_"
+        used.add(qid)
         kind: Kind
         choices = _choices(prop)
         ptype = prop.get("type")

@@ -28,6 +28,7 @@ from ._settings import McpSettings
 
 GET_TOOL_NAME = "get_user_answer"
 HANDLE = re.compile(r"^[0-9a-f]{32}$")
+PUBLISHED_POLL = 0.01  # seconds between looks for a handle's question being published
 KEEP_DONE = 600.0  # seconds an outcome nobody fetched stays in memory
 
 GET_INPUT_SCHEMA: dict[str, Any] = {
@@ -78,7 +79,16 @@ class Handles:
             return ToolResult(content=str(exc), is_error=True, code=exc.code)
         handle = uuid.uuid4().hex
         task = self._track(handle, self.tool, args, who)
-        return await self._outcome(handle, task, self.settings.first_wait)
+        result = await self._outcome(handle, task, self.settings.first_wait)
+        # A handle goes out only once its question is published, so a poll landing at
+        # another replica at once finds it (a slow Redis can take longer than first_wait).
+        try:
+            while not task.done() and await self.tool.seam.idempotent_request(_key(handle)) is None:
+                await asyncio.wait({task}, timeout=PUBLISHED_POLL)
+        except AskError as exc:  # Redis out of reach: no handle to give, so no question
+            task.cancel()  # (withdrawn once Redis is back, if it got published)
+            return ToolResult(content=str(exc), is_error=True, code=exc.code)
+        return await self._outcome(handle, task, 0) if task.done() else result
 
     async def get(self, arguments: dict[str, Any]) -> ToolResult:
         handle = arguments.get("handle")
@@ -92,7 +102,7 @@ class Handles:
         try:
             if task is None:
                 task = await self._attach(handle)
-            elif task.done() and task.result().code is ErrorCode.ABORTED:
+            elif task.done() and (task.cancelled() or task.result().code is ErrorCode.ABORTED):
                 # Ended here because a poll at another replica took the question over
                 # (askq lets one call wait on a request); take it back. A question that
                 # was really aborted gives its stored ABORTED again.
@@ -141,6 +151,8 @@ class Handles:
         done, _ = await asyncio.wait({task}, timeout=wait)
         if not done:
             return pending(handle)
+        if task.cancelled():
+            return _error(ErrorCode.ABORTED, "this server stopped waiting on the question")
         return task.result()
 
     def aclose(self) -> None:

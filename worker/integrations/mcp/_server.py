@@ -47,6 +47,7 @@ from ._settings import McpSettings
 
 log = logging.getLogger("askq.mcp")
 
+STOP_WAIT = 2.0  # seconds the stdio loop gets to stop before the withdrawals go ahead
 PROGRESS_MESSAGE = "waiting for a human to answer"
 INSTRUCTIONS = (
     "ask_user_question asks a human (in a terminal, Slack, email or the web, whichever"
@@ -81,7 +82,7 @@ class AskServer:
     def __init__(self, seam: Seam, settings: McpSettings | None = None) -> None:
         self.settings = settings or McpSettings.from_env()
         self.seam = seam
-        self.tool = AskUserQuestionTool(seam, scope=self.settings.scope)
+        self.tool = AskUserQuestionTool(seam, scope=self.settings.scope_labels)
         store = ChannelStore(seam.redis, seam.keys.base, "mcp", seam.settings)
         self.blocking = BlockingCalls(self.tool, store, self.settings)
         self.handles = Handles(self.tool, self.settings) if self.settings.handle_mode else None
@@ -154,12 +155,31 @@ async def open_server(
                 await server.aclose()
 
 
-async def serve_stdio(settings: Settings, mcp_settings: McpSettings) -> None:
+async def serve_stdio(settings: Settings, mcp_settings: McpSettings) -> bool:
+    """Serve one client over stdin/stdout. False when stopped by a signal while stdin
+    was still open: the thread reading it then keeps the interpreter from exiting, so
+    the caller should end the process itself once this returns (all is settled)."""
     from mcp.server.stdio import stdio_server
 
+    from askq._runtime import stop_on_signals
+
     async with open_server(settings, mcp_settings) as server:
-        async with stdio_server() as (read, write):
-            await server.server.run(read, write, server.server.create_initialization_options())
+
+        async def serve() -> None:
+            async with stdio_server() as (read, write):
+                options = server.server.create_initialization_options()
+                await server.server.run(read, write, options)
+
+        # Until the client closes stdin, or SIGINT/SIGTERM: then the calls still
+        # waiting are withdrawn (their questions retracted) before the process ends.
+        serving = asyncio.ensure_future(serve())
+        stopping = asyncio.ensure_future(stop_on_signals().wait())
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        serving.cancel()
+        # Bounded: the SDK reads stdin in a thread, which lets go only at a line or EOF.
+        await asyncio.wait({serving}, timeout=STOP_WAIT)
+    return serving.done()
 
 
 def _web_server() -> type[Any]:

@@ -3,10 +3,13 @@ say where Redis is)."""
 
 from __future__ import annotations
 
-from pydantic import Field
+import json
+
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from askq import ChannelSettings
+from askq import AskError, ChannelSettings
+from askq._checks import parse_scope
 
 
 class McpSettings(ChannelSettings):
@@ -25,8 +28,11 @@ class McpSettings(ChannelSettings):
         max_length=200,
         description="The agent that owns it (a live owner makes asks DELEGATED_CALLER).",
     )
-    scope: dict[str, str] = Field(
-        default_factory=dict, description="Routing labels of every ask (JSON object)."
+    # JSON text, parsed here: as a typed dict, a malformed value would fail in
+    # pydantic-settings' own parsing, before any message could name the variable.
+    scope: str = Field(
+        default="{}",
+        description='Routing labels of every ask, a JSON object of strings: {"tenant": "acme"}.',
     )
     client_identity: bool = Field(
         default=True,
@@ -63,3 +69,23 @@ class McpSettings(ChannelSettings):
         description="Handle mode: how long ask_user_question waits for an outcome"
         " (an error such as NO_ANSWERER, or an answer by rules) before it returns the handle.",
     )
+
+    @field_validator("scope")
+    @classmethod
+    def _labels(cls, value: str) -> str:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            raise ValueError('not JSON; expected an object such as {"tenant": "acme"}') from None
+        if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
+            raise ValueError('expected a JSON object of strings, such as {"tenant": "acme"}')
+        try:  # the core's own check of routing labels, at start-up rather than per call
+            parse_scope(parsed)
+        except AskError as exc:
+            raise ValueError(exc.message) from None
+        return value
+
+    @property
+    def scope_labels(self) -> dict[str, str]:
+        labels: dict[str, str] = json.loads(self.scope)
+        return labels

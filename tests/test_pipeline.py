@@ -91,11 +91,29 @@ async def test_a_cancelled_caller_does_not_cancel_its_call_or_the_others(log: Lo
     assert await log.items() == ["first", "cancelled", "kept"]
 
 
+class HoldsDecisions(MemoryAnswerer):
+    """Decides nothing until `n` offers wait on it, then all at once: the replica's
+    calls for them are all made while its first batch is out, however the offers
+    trickled in (on a loaded machine they may come one read at a time)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(reply=lambda offer: YES)
+        self.n = n
+        self.all_in = asyncio.Event()
+
+    async def decide(self, offer: Any) -> bool:
+        if len(self.decided) + 1 >= self.n:
+            self.all_in.set()
+        verdict = await super().decide(offer)
+        await self.all_in.wait()
+        return verdict
+
+
 async def test_many_asks_of_one_process_share_pipelines(backend: Backend, seam: Seam) -> None:
     """End to end: 200 asks at once from one seam, answered by one replica, take far
     fewer round trips than scripts on both sides."""
     async with backend.seam() as worker_seam:
-        async with running(worker_seam, MemoryAnswerer(reply=lambda offer: YES), "rules"):
+        async with running(worker_seam, HoldsDecisions(200), "rules"):
             results = await asyncio.gather(
                 *(seam.ask(SEED, Caller(agent_id="a", turn_id=f"t{i}")) for i in range(200))
             )

@@ -183,7 +183,7 @@ class AnswererRuntime:
             group,
             answering=_CountedAnswering(seam.answering, self),  # type: ignore[arg-type]
             requests=seam.requests,
-            store=ChannelStore(seam.redis, seam.keys.base, answerer.kind, settings),
+            store=ChannelStore(seam.single_node, seam.keys.base, answerer.kind, settings),
             priority=self.priority,
             take=self.shown.take,
             restore=self.shown.show,

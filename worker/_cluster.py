@@ -252,6 +252,30 @@ def cluster_client(
 # --- pinned connections ---------------------------------------------------------------
 
 
+def sync_master_client(url: ClusterUrl, tag: str, **kwargs: Any) -> Any:
+    """A synchronous plain client of the master owning `{tag}`'s slot, found now (for
+    the metrics scrape, which runs in a thread of its own; it asks again after a
+    failure). ConnectionError when no seed answers."""
+    import redis
+
+    slot, errors = tag_slot(tag), []
+    for host, port in url.nodes:
+        seed = redis.Redis(host=host, port=port, **url.connection_kwargs(), **kwargs)
+        try:
+            layout = seed.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+        except (RedisError, OSError) as exc:
+            errors.append(f"{host}:{port}: {exc}")
+            continue
+        finally:
+            seed.close()
+        for start, end, master, *_ in layout:
+            if int(start) <= slot <= int(end):
+                return redis.Redis(
+                    host=str(master[0]), port=int(master[1]), **url.connection_kwargs(), **kwargs
+                )
+    raise ConnectionError(f"Redis Cluster: {'; '.join(errors) or f'no master owns slot {slot}'}")
+
+
 @dataclass
 class SlotOwners:
     """Which master owns a slot, read from any node that answers (the seeds first, then

@@ -72,6 +72,7 @@ class RedisCluster:
                 "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
                 "--save", "",
                 "--appendonly", "no",
+                "--repl-diskless-sync-delay", "0",
                 "--dir", str(node_dir),
                 "--logfile", str(node_dir / "redis.log"),
             ],
@@ -129,7 +130,7 @@ class RedisCluster:
                     states.append("cluster_state:ok" in info)
                 finally:
                     client.close()
-            if states and all(states) and self._coverage_agrees():
+            if states and all(states) and self._coverage_agrees() and self._replicas_synced():
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError("the Redis Cluster did not become ok")
@@ -145,6 +146,23 @@ class RedisCluster:
                 client.close()
             layouts.add(tuple(sorted((int(s[0]), int(s[1]), int(s[2][1])) for s in slots)))
         return len(layouts) == 1 and sum(e - s + 1 for s, e, _ in next(iter(layouts))) == 16384
+
+    def _replicas_synced(self) -> bool:
+        """Every live replica has its master link up (a replica that never synced
+        cannot take over), and there are as many as asked for while all nodes live."""
+        synced = 0
+        for port in self.alive_ports():
+            client = self._client(port)
+            try:
+                info = client.info("replication")
+            finally:
+                client.close()
+            if info.get("role") == "slave":
+                if info.get("master_link_status") != "up":
+                    return False
+                synced += 1
+        whole = len(self.alive_ports()) == len(self.ports)
+        return synced == self.masters * self.replicas or not whole
 
     def master_of(self, slot: int) -> int:
         client = self._client(self.alive_ports()[0])

@@ -154,7 +154,7 @@ async def test_a_master_killed_under_load_loses_hangs_and_double_settles_nothing
         block_seconds=1.0,
         socket_timeout=2.0,
         cluster_retry_seconds=20.0,
-        consumer_ttl=3.0,
+        consumer_ttl=15.0,
         caller_ttl=30.0,
     )
     outcomes: Counter[str] = Counter()

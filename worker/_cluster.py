@@ -207,7 +207,17 @@ class _Pipeline(ClusterPipeline):
 
         async def attempt() -> Any:
             self._command_stack = list(stack)
-            return await ClusterPipeline.execute(self, raise_on_error, allow_redirections)
+            try:
+                return await ClusterPipeline.execute(self, raise_on_error, allow_redirections)
+            except AttributeError:
+                # redis-py's bookkeeping after a failed command reads the default node,
+                # which a concurrent reset of the layout (a failover) may have cleared
+                # (None.name): the results are in by then, so return them as it would.
+                results = [cmd.result for cmd in stack]
+                failed = [r for r in results if isinstance(r, BaseException)]
+                if raise_on_error and failed:
+                    raise failed[0] from None
+                return results
 
         async with client.permit():
             try:
@@ -239,7 +249,10 @@ def cluster_client(
         not_connected=not_connected,
         retry_seconds=retry_seconds,
         permits=max_connections,
-        max_connections=max_connections,
+        # The bound is the permits: redis-py's own per-node limit counts a connection
+        # that failed while sending as in use for good (it is never handed back), and
+        # after a few failovers' worth of those a node would refuse every command.
+        max_connections=2**31,
         connection_error_retry_attempts=0,
         **url.connection_kwargs(),
         **kwargs,

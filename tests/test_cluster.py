@@ -57,6 +57,23 @@ def test_a_cluster_urls_password_is_never_shown() -> None:
     assert "hunter2" not in shown and shown == "redis+cluster://bob:***@a:1,b:2"
 
 
+async def test_an_unreachable_cluster_fails_an_ask_at_once_as_never_sent() -> None:
+    """No seed answers: REDIS_UNAVAILABLE at once (as for a single Redis that is not
+    there), marked as never sent, not tried again for ASKQ_CLUSTER_RETRY_SECONDS."""
+    from askq._connections import NotConnected
+    from bench._redis_server import free_port
+
+    url = f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
+    seam = Seam(settings=Settings(redis_url=url, prefix="gone", cluster_retry_seconds=60))
+    try:
+        with pytest.raises(AskError) as caught:
+            await asyncio.wait_for(seam.ask(SEED, Caller(agent_id="a", turn_id="t")), 10)
+    finally:
+        await seam.aclose()
+    assert caught.value.code is ErrorCode.REDIS_UNAVAILABLE
+    assert isinstance(caught.value.__cause__, NotConnected)
+
+
 # --- on the session's cluster -----------------------------------------------------------
 
 

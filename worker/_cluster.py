@@ -42,6 +42,7 @@ from redis.exceptions import (
     ClusterDownError,
     ClusterError,
     MaxConnectionsError,
+    RedisClusterException,
     RedisError,
     ResponseError,
     SlotNotCoveredError,
@@ -123,6 +124,12 @@ _NOT_RUN: tuple[type[BaseException], ...] = (
     MaxConnectionsError,
 )
 
+
+def _unreachable(exc: BaseException) -> bool:
+    """redis-py's word for "no node of the cluster answered" when it reads the layout."""
+    return isinstance(exc, RedisClusterException) and "cannot be connected" in str(exc)
+
+
 _holding: contextvars.ContextVar[bool] = contextvars.ContextVar("askq_permit", default=False)
 
 
@@ -141,6 +148,7 @@ class ClusterClient(RedisCluster):
         self._not_connected = not_connected
         self.retry_seconds = retry_seconds
         self._permits = asyncio.Semaphore(permits)
+        self._reached = False  # has any command gone through yet
 
     @contextlib.asynccontextmanager
     async def permit(self) -> AsyncIterator[None]:
@@ -157,18 +165,24 @@ class ClusterClient(RedisCluster):
                 _holding.reset(token)
 
     def not_run(self, exc: BaseException) -> bool:
-        return isinstance(exc, (*_NOT_RUN, self._not_connected))
+        return isinstance(exc, (*_NOT_RUN, self._not_connected)) or _unreachable(exc)
 
     async def retrying(self, attempt: Any) -> Any:
-        """Run `attempt()` again while it fails without having run, for retry_seconds."""
+        """Run `attempt()` again while it fails without having run, for retry_seconds.
+        A cluster none of whose nodes answers at the first contact is not waited for
+        (REDIS_UNAVAILABLE at once, as a single Redis that is not there)."""
         deadline = time.monotonic() + self.retry_seconds
         pause = 0.05
         while True:
             try:
-                return await attempt()
+                result = await attempt()
+                self._reached = True
+                return result
             except BaseException as exc:
                 if not self.not_run(exc):
                     raise
+                if _unreachable(exc) and not self._reached:
+                    raise self._not_connected(str(exc)) from exc
                 if time.monotonic() + pause > deadline:
                     if isinstance(exc, self._not_connected):
                         raise

@@ -4,11 +4,12 @@ under test, and an SDK client connected to either, in either protocol era."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import select
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from conftest import Backend, _free_port
@@ -28,9 +29,11 @@ def mcp_env(backend: Backend, **extra: str) -> dict[str, str]:
     return backend.env(**{**FAST_MCP, **extra})
 
 
-@contextlib.contextmanager
-def http_server(backend: Backend, **extra: str) -> Iterator[str]:
-    """`askq mcp --http` on a free port; yields its URL once it says it is ready."""
+@contextlib.asynccontextmanager
+async def http_server(backend: Backend, **extra: str) -> AsyncIterator[str]:
+    """`askq mcp --http` on a free port; yields its URL once it says it is ready. The
+    waits run in a thread: a test's own replicas beat on this event loop, and a loop
+    held for the server's start-up (seconds, on a loaded machine) lets them lapse."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "askq", "mcp", "--http", "--port", str(port)],
@@ -39,19 +42,25 @@ def http_server(backend: Backend, **extra: str) -> Iterator[str]:
         text=True,
         env=mcp_env(backend, **extra),
     )
-    try:
+
+    def started() -> str:
         assert proc.stderr is not None
         ready, _, _ = select.select([proc.stderr], [], [], 30)
         assert ready, "askq mcp --http did not start within 30 s"
         line = proc.stderr.readline()
         assert line.endswith(": ready\n"), line + proc.stderr.read()
+        return line
+
+    try:
+        await asyncio.to_thread(started)
         yield f"http://127.0.0.1:{port}/mcp"
         proc.terminate()
-        assert proc.wait(20) == 0, proc.stderr.read()
+        code = await asyncio.to_thread(proc.wait, 20)
+        assert code == 0, proc.stderr.read() if proc.stderr else ""
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait(10)
+            await asyncio.to_thread(proc.wait, 10)
         if proc.stderr:
             proc.stderr.close()
 
@@ -71,7 +80,7 @@ async def mcp_client(
             assert client.protocol_version == ERA_VERSION[era]
             yield client
     else:
-        with http_server(backend, **env) as url:
+        async with http_server(backend, **env) as url:
             async with Client(url, mode=era, **kw) as client:
                 assert client.protocol_version == ERA_VERSION[era]
                 yield client

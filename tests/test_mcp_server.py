@@ -127,7 +127,7 @@ async def test_a_reissued_call_reattaches_on_another_replica(backend: Backend, s
     replica's grace ends without withdrawing it (the re-issue took it over)."""
     mem = MemoryAnswerer()
     async with running(seam, mem, "humans"):
-        with http_server(backend) as url_a, http_server(backend) as url_b:
+        async with http_server(backend) as url_a, http_server(backend) as url_b:
             async with Client(url_a, mode="2026-07-28") as a, Client(url_b, mode="2026-07-28") as b:
                 meta = {"io.askq/turn": "turn-replicas"}
                 first = asyncio.ensure_future(a.call_tool("ask_user_question", SEED, meta=meta))
@@ -220,7 +220,7 @@ async def test_handle_mode(backend: Backend, seam: Seam, era: str) -> None:
     mem = MemoryAnswerer()
     env = {"ASKQ_MCP_HANDLE_MODE": "true", "ASKQ_MCP_FIRST_WAIT": "0.2"}
     async with running(seam, mem, "humans"):
-        with http_server(backend, **env) as url_a, http_server(backend, **env) as url_b:
+        async with http_server(backend, **env) as url_a, http_server(backend, **env) as url_b:
             async with Client(url_a, mode=era) as a, Client(url_b, mode=era) as b:
                 names = {t.name for t in (await a.list_tools()).tools}
                 assert names == {"ask_user_question", "get_user_answer"}

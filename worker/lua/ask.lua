@@ -93,7 +93,8 @@ local timeout = tonumber(A.timeout_ms)
 audit(K, request_id, 'asked', {agent = A.agent_id, turn = A.turn_id,
   owner = given(A.claimed_owner), timeout_ms = timeout > 0 and timeout or nil,
   idempotent = idempotent or nil})
-local entry = offer_to(K, request_id, priority, members, now)
+local entry = offer_to(K, request_id, priority, members, now,
+  {inbox = K.inbox, payload = A.payload_json})
 if timeout > 0 then
   redis.call('SET', K.timeout_body, A.timeout_settlement)
   add_timer(K, 'timeout|' .. request_id, now + timeout)

@@ -114,13 +114,19 @@ end
 --   timeout|<id>   window|<id>|<offer>|<group>   escalate|...   remind|...
 -- A timer is named by its request, the offer and the group, so a transition drops
 -- the ones it makes moot by name (no list kept in the request). A new earliest timer
--- wakes the sweepers.
+-- due within the horizon below wakes the sweepers.
 local function timer_of(kind, request_id, offer, group)
   return kind .. '|' .. request_id .. '|' .. offer .. '|' .. group
 end
 
+-- A sweeper looks at the timers at least every WAKE_HORIZON_MS (_sweeper.py,
+-- MAX_SLEEP_S): only a timer due sooner than that may need to wake it. (A decision
+-- window of the default 30 s thus costs its offer one ZADD, not five commands.)
+local WAKE_HORIZON_MS = 10000
+
 local function add_timer(k, member, due)
   redis.call('ZADD', k.timers, due, member)
+  if due - now_ms() > WAKE_HORIZON_MS then return end
   if redis.call('ZRANGE', k.timers, 0, 0)[1] == member then
     redis.call('LPUSH', k.wake, due)
     redis.call('LTRIM', k.wake, 0, 0)
@@ -132,10 +138,11 @@ local function drop_timer(k, member)
   redis.call('ZREM', k.timers, member)
 end
 
--- Drop the decision windows, escalations and reminders of `offer` for `groups`.
-local function drop_offer_timers(k, request_id, offer, groups)
-  if not offer then return end
-  local members = {}
+-- Drop the decision windows, escalations and reminders of `offer` for `groups` (and
+-- the timers named in `also`, in the same command).
+local function drop_offer_timers(k, request_id, offer, groups, also)
+  local members = also or {}
+  if not offer then groups = {} end
   for _, group in ipairs(groups) do
     for _, kind in ipairs({'window', 'escalate', 'remind'}) do
       members[#members + 1] = timer_of(kind, request_id, offer, group)
@@ -155,8 +162,8 @@ end
 -- The request's current offer is over (settled, or moved on to another tier):
 -- acknowledge it for every group it went to, so that no replica recovers an offer that
 -- is decided, and drop its deadlines. pcall: a group deleted by hand must not abort a
--- script half-way.
-local function end_offer(k, request_id)
+-- script half-way. `also`: more timers to drop with the offer's (settle: the timeout).
+local function end_offer(k, request_id, also)
   local tier, offer, offered = unpack(redis.call('HMGET', k.req, 'tier', 'offer', 'offered'))
   if tier and offer then
     local groups = split(offered)
@@ -165,17 +172,22 @@ local function end_offer(k, request_id)
     if stream then
       for _, group in ipairs(groups) do redis.pcall('XACK', stream, group, offer) end
     end
-    drop_offer_timers(k, request_id, offer, groups)
+    drop_offer_timers(k, request_id, offer, groups, also)
+  elseif also then
+    drop_offer_timers(k, request_id, nil, {}, also)
   end
 end
 
 -- Put the request on the stream of tier `priority`, offered to `members`, each with its
 -- decision window. The entry carries the payload, so a worker decides on a fresh offer
--- without reading the hash. Any earlier offer was ended first (end_offer).
-local function offer_to(k, request_id, priority, members, now)
-  local inbox = redis.call('HGET', k.req, 'inbox')
+-- without reading the hash. Any earlier offer was ended first (end_offer). `known`:
+-- the inbox and payload when the caller has them at hand (ask), else they are read.
+local function offer_to(k, request_id, priority, members, now, known)
+  known = known or {}
+  local inbox = known.inbox or redis.call('HGET', k.req, 'inbox')
   -- (in the hash for a request asked before the payload had its own key)
-  local payload = redis.call('GET', k.payload) or redis.call('HGET', k.req, 'payload')
+  local payload = known.payload or redis.call('GET', k.payload)
+    or redis.call('HGET', k.req, 'payload')
   local entry = redis.call('XADD', tier_prefix .. priority, '*', 'request', request_id,
     'payload', payload, 'inbox', inbox)
   local list = table.concat(members, ',')
@@ -217,8 +229,7 @@ end
 -- (group: the group it settled through; reason: why it was cancelled; defaulted).
 local function settle(k, request_id, state, code, body, by, note)
   note = note or {}
-  end_offer(k, request_id)
-  drop_timer(k, 'timeout|' .. request_id)
+  end_offer(k, request_id, {'timeout|' .. request_id})
   redis.call('SREM', k.asked, request_id)
   local now = now_ms()
   redis.call('HSET', k.req, 'state', state, 'code', code, 'by', by,
@@ -226,8 +237,9 @@ local function settle(k, request_id, state, code, body, by, note)
   redis.call('EXPIRE', k.req, settled_ttl)
   redis.call('EXPIRE', k.payload, settled_ttl)  -- a late answer is still validated
   -- The idempotency index lasts as long as the request: the same key asked again
-  -- finds its settlement until both expire together, then asks anew.
-  redis.call('EXPIRE', k.idem, settled_ttl)
+  -- finds its settlement until both expire together, then asks anew. (An ask without
+  -- a key declares the index's bare prefix, `{p}:idem:`, never written.)
+  if string.sub(k.idem, -1) ~= ':' then redis.call('EXPIRE', k.idem, settled_ttl) end
   redis.call('DEL', k.timeout_body)
   redis.call('SET', k.reply, body, 'EX', settled_ttl)
   redis.call('RPUSH', k.inbox, request_id .. ' ' .. body)

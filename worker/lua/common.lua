@@ -88,26 +88,67 @@ local function without(list, value)
   return out
 end
 
--- The lowest priority above `after` (any, when nil) that has a live group, and the
--- live groups of that priority, sorted.
-local function route(groups_key, live_key, after, now)
-  local all = redis.call('HGETALL', groups_key)
-  local best, members = nil, {}
+-- Whether a group's scope selector, as Lua patterns by scope key (`match` in its
+-- registry entry, _registry.py), accepts the request's scope. A group without one
+-- (no selector, or one Lua cannot express) may be offered anything; it decides itself.
+local function selects(match, scope_of)
+  if type(match) ~= 'table' or next(match) == nil then return true end
+  local scope = scope_of()
+  for key, pattern in pairs(match) do
+    local value = scope[key]
+    if type(value) ~= 'string' or not string.find(value, pattern) then return false end
+  end
+  return true
+end
+
+-- The request's scope, decoded once per script and only if a selector asks for it.
+local function scope_reader(payload_of)
+  local scope = nil
+  return function()
+    if scope == nil then
+      local ok, request = pcall(cjson.decode, payload_of() or '{}')
+      scope = (ok and type(request) == 'table' and type(request.scope) == 'table')
+        and request.scope or {}
+    end
+    return scope
+  end
+end
+
+-- The lowest priority above `after` (any, when nil) that has a live group whose scope
+-- selector accepts the request, those groups of that priority, sorted, and their
+-- registry entries (decoded) by name. A group that cannot match is never offered the
+-- question, and a tier with none that can is passed over without a hop.
+-- k = {groups, live, group_info}
+local function route(k, after, now, scope_of)
+  local all = redis.call('HGETALL', k.groups)
+  local names, priorities = {}, {}
   for i = 1, #all, 2 do
     local name, priority = all[i], tonumber(all[i + 1])
     if after == nil or priority > after then
-      local live_until = redis.call('ZSCORE', live_key, name)
+      local live_until = redis.call('ZSCORE', k.live, name)
       if live_until and tonumber(live_until) > now then
-        if best == nil or priority < best then
-          best, members = priority, {name}
-        elseif priority == best then
-          members[#members + 1] = name
-        end
+        names[#names + 1], priorities[#names + 1] = name, priority
       end
     end
   end
+  local best, members, infos = nil, {}, {}
+  if #names == 0 then return best, members, infos end
+  local raw = redis.call('HMGET', k.group_info, unpack(names))
+  for i, name in ipairs(names) do
+    local ok, info = pcall(cjson.decode, raw[i] or '{}')
+    if not ok or type(info) ~= 'table' then info = {} end
+    local priority = priorities[i]
+    if (best == nil or priority <= best) and selects(info.match, scope_of) then
+      if best == nil or priority < best then
+        best, members = priority, {name}
+      else
+        members[#members + 1] = name
+      end
+      infos[name] = info
+    end
+  end
   table.sort(members)
-  return best, members
+  return best, members, infos
 end
 
 -- Timers: members of the timers zset, scored by due time (ms):
@@ -151,10 +192,13 @@ local function drop_offer_timers(k, request_id, offer, groups, also)
   if #members > 0 then redis.call('ZREM', k.timers, unpack(members)) end
 end
 
--- A group's own deadlines (ms; 0 = none), as it registered them.
-local function timing(group_info, group)
-  local raw = redis.call('HGET', group_info, group)
-  local info = raw and cjson.decode(raw) or {}
+-- A group's own deadlines (ms; 0 = none), as it registered them (`info`: its entry,
+-- when route() read it already).
+local function timing(group_info, group, info)
+  if not info then
+    local raw = redis.call('HGET', group_info, group)
+    info = raw and cjson.decode(raw) or {}
+  end
   return {window = tonumber(info.decision_window_ms) or 0,
     escalate = tonumber(info.escalate_ms) or 0, remind = tonumber(info.remind_ms) or 0}
 end
@@ -181,7 +225,8 @@ end
 -- Put the request on the stream of tier `priority`, offered to `members`, each with its
 -- decision window. The entry carries the payload, so a worker decides on a fresh offer
 -- without reading the hash. Any earlier offer was ended first (end_offer). `known`:
--- the inbox and payload when the caller has them at hand (ask), else they are read.
+-- the inbox and payload when the caller has them at hand (ask), else they are read;
+-- `known.info`: the members' registry entries, as route() read them.
 local function offer_to(k, request_id, priority, members, now, known)
   known = known or {}
   local inbox = known.inbox or redis.call('HGET', k.req, 'inbox')
@@ -195,7 +240,7 @@ local function offer_to(k, request_id, priority, members, now, known)
     'offered', list, 'undecided', list, 'claimers', '')
   audit(k, request_id, 'offered', {tier = tonumber(priority), groups = list})
   for _, group in ipairs(members) do
-    local window = timing(k.group_info, group).window
+    local window = timing(k.group_info, group, (known.info or {})[group]).window
     if window > 0 then add_timer(k, timer_of('window', request_id, entry, group), now + window) end
   end
   return entry
@@ -273,12 +318,16 @@ end
 
 -- Everyone at the current tier declined or released: offer to the next tier, or fail.
 -- Checks before writing; returns nil when a needed stream was not declared.
-local function plan_fall_through(req, groups_key, live_key)
-  local tier = tonumber(redis.call('HGET', req, 'tier'))
+-- k = {req, groups, live, group_info, payload}
+local function plan_fall_through(k)
+  local tier = tonumber(redis.call('HGET', k.req, 'tier'))
   local now = now_ms()
-  local priority, members = route(groups_key, live_key, tier, now)
+  local scope_of = scope_reader(function()
+    return redis.call('GET', k.payload) or redis.call('HGET', k.req, 'payload')
+  end)
+  local priority, members, infos = route(k, tier, now, scope_of)
   if priority ~= nil and not tier_stream(priority) then return nil end
-  return {priority = priority, members = members, now = now}
+  return {priority = priority, members = members, infos = infos, now = now}
 end
 
 -- `shown`: a group of the tier held a claim (it may show the question), so its
@@ -290,7 +339,7 @@ local function fall_through(k, request_id, plan, shown)
     return 'FAILED'
   end
   end_offer(k, request_id)
-  offer_to(k, request_id, plan.priority, plan.members, plan.now)
+  offer_to(k, request_id, plan.priority, plan.members, plan.now, {info = plan.infos})
   if shown then
     announce(k, request_id, 'OFFERED', '', '', 'tier', plan.priority)
   end

@@ -86,9 +86,14 @@ async def main() -> None:
                 await sequential(b, 50)
                 off: list[float] = []
                 on: list[float] = []
-                while len(on) < n:
-                    off += await sequential(a, chunk)
+                first = True
+                while len(on) < n:  # alternating which side goes first, chunk by chunk
+                    if first:
+                        off += await sequential(a, chunk)
                     on += await sequential(b, chunk)
+                    if not first:
+                        off += await sequential(a, chunk)
+                    first = not first
         finally:
             _procs.stop_all(workers)
     print(f"round trip, worker without metrics: {fmt(off)} ({len(off)} asks)")

@@ -13,6 +13,8 @@ another, each answered once every stream has shown it. It prints:
 - the replica's memory (RSS) idle with N streams open, and its CPU over the ask phase;
 - Redis commands per question (every party: ask, claim, inbox, feed, answer, retract),
   from `INFO commandstats` (the feed fans out in process, so this does not grow with N).
+
+It deletes every key of its run (its own prefix) at the end: a --redis-url may be shared.
 """
 
 from __future__ import annotations
@@ -215,6 +217,18 @@ async def measure(url: str, streams: int, asks: int) -> dict[str, Any]:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        forget(url, prefix)
+
+
+def forget(url: str, prefix: str) -> None:
+    """Delete every key of the run (a --redis-url may be a shared server)."""
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match="{" + prefix + "}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
 
 
 def report(result: dict[str, Any]) -> str:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
 import select
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -44,6 +46,20 @@ def process(backend: Backend, *args: str, **env: str) -> Iterator[subprocess.Pop
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream:
                 stream.close()
+
+
+def lines_of(proc: subprocess.Popen[str]) -> queue.Queue[str]:
+    """The process's stdout, line by line, as it comes (a thread reads it: a buffered
+    reader may hold several lines that select() no longer sees)."""
+    found: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            found.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return found
 
 
 def shown(backend: Backend, request_id: str) -> dict[str, Any]:
@@ -135,7 +151,7 @@ async def test_timeline_of_a_request_that_fell_through_two_tiers_was_reminded_an
     timeline = detail["timeline"]
     times = [e["t"] for e in timeline]
     assert times == sorted(times)
-    assert timeline[0]["agent"] == "agent-7" and timeline[0]["turn"] == "turn-7"
+    assert (detail["agent"], detail["turn"]) == ("agent-7", "turn-7")
     assert timeline[-1]["by"] == "alice"
     window = times[4] - times[3]
     assert window >= 500, window  # the window ran its course (the sweeper fired it)
@@ -273,6 +289,31 @@ async def test_audit_stream_tail_and_show_of_what_is_not_there(backend: Backend)
     ]
     human = askq(backend, "audit", "tail", "-n", "1")
     assert human.stdout.count("\n") == 1 and "through rules" in human.stdout
+
+    # -f: each new entry as it is written, until Ctrl-C
+    follow = subprocess.Popen(
+        [*ASKQ, "audit", "tail", "-f", "--jsonl", "-n", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=backend.env(),
+    )
+    output = lines_of(follow)
+    try:
+        first = output.get(timeout=20)
+        assert json.loads(first)["e"] == "answered"  # the last one there: it is reading
+        with process(backend, "worker", "auto", "--group", "rules", **env):
+            result = askq(backend, "ask", "-q", "Again?", "-o", "Yes", "--turn", "t2", **env)
+            assert result.returncode == 0, result.stderr
+        followed = [json.loads(output.get(timeout=20))["e"] for _ in range(3)]
+        assert followed == ["asked", "offered", "answered"]
+        follow.send_signal(signal.SIGINT)
+        assert follow.wait(10) == 0
+        assert "Traceback" not in (follow.stderr.read() if follow.stderr else "")
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait(10)
 
     missing = askq(backend, "show", "0" * 32)
     assert missing.returncode != 0 and missing.stderr.startswith("NOT_FOUND: no request")

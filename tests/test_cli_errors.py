@@ -135,7 +135,10 @@ def test_17_the_demo_on_a_real_redis_leaves_nothing(backend: Backend) -> None:
 
     def demo_keys() -> set[str]:
         # (fakeredis lists a list emptied by a blocking pop in SCAN; EXISTS knows better)
-        return {k for k in client.scan_iter(match="{demo-*", count=1000) if client.exists(k)}
+        # The demo's prefix is demo-<8 hex digits>: a person's own `--prefix demo-…` keys
+        # in the same database are not the demo's.
+        keys = client.scan_iter(match="{demo-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]????}:*", count=1000)
+        return {k for k in keys if client.exists(k)}
 
     try:
         before = demo_keys()

@@ -19,7 +19,7 @@ import aiohttp
 import dkim
 import httpx
 import pytest
-from conftest import SEED, YES_JSON, Backend, running
+from conftest import SEED, YES_JSON, Backend, running, sweeping
 from email_standin import (
     ALICE,
     BOB,
@@ -78,11 +78,12 @@ async def email_worker(
     priority: int = 0,
     cls: type[EmailAnswerer] = EmailAnswerer,
     dkim: Any = None,
+    consumer: str | None = None,
     **extra: Any,
 ) -> AsyncIterator[EmailAnswerer]:
     async with backend.seam() as worker_seam:
         answerer = cls(settings=email_settings(sink, **extra), dkim=dkim)
-        async with running(worker_seam, answerer, "email", priority):
+        async with running(worker_seam, answerer, "email", priority, consumer=consumer):
             yield answerer
 
 
@@ -151,6 +152,25 @@ async def test_each_recipient_gets_an_address_of_their_own(
         assert by_recipient[ALICE].header("Reply-To") != by_recipient[BOB].header("Reply-To")
         assert by_recipient[ALICE].header("Message-ID") != by_recipient[BOB].header("Message-ID")
         await submit(port(email), reply_to(by_recipient[BOB], "no, keep them"), mail_from=BOB)
+        assert await answered(task) == NO_JSON
+
+
+async def test_a_reply_at_another_replica_answers(
+    backend: Backend, seam: Seam, sink: SmtpSink
+) -> None:
+    """Replicas share nothing but Redis: the one whose listener gets the reply need not
+    be the one that mailed the question."""
+    async with (
+        email_worker(backend, sink, consumer="one") as one,
+        email_worker(backend, sink, consumer="two") as two,
+    ):
+        task = asking(seam, SEED, ACME)
+        questions = {q.rcpt_tos[0]: q for q in await sink.wait(2)}
+        await sink.settle(0.3)
+        assert len(sink.sent) == 2  # each recipient mailed once, by one replica or the other
+        await submit(port(one), reply_to(questions[ALICE], "7"))  # unreadable, told at one
+        told = (await sink.wait(3))[2]
+        await submit(port(two), reply_to(told, "2"))  # the corrected reply, at two
         assert await answered(task) == NO_JSON
 
 
@@ -436,6 +456,38 @@ async def test_a_reminder_is_a_reply_in_the_thread(
         assert await answered(task) == YES_JSON
 
 
+async def test_a_reminder_that_fails_for_a_while_is_retried(
+    backend: Backend, seam: Seam, sink: SmtpSink
+) -> None:
+    async with email_worker(backend, sink) as email:
+        task = asking(seam, SEED)
+        (question,) = await sink.wait(1)
+        sink.refuse_next("451 4.3.0 try later")
+        await email.group.send("send_reminder", request_id=request_id_of(question), recipient=ALICE)
+        reminder = (await sink.wait(2))[1]
+        assert reminder.header("In-Reply-To") == question.header("Message-ID")
+        task.cancel()
+
+
+async def test_the_groups_reminder_arrives_in_the_thread(
+    backend: Backend, seam: Seam, sink: SmtpSink
+) -> None:
+    """The sweeper's reminder timer (`--remind-after`) reaches the email group, which
+    mails each recipient the question again as a reply in its thread."""
+    async with backend.seam() as worker_seam, sweeping(backend):
+        answerer = EmailAnswerer(settings=email_settings(sink))
+        async with running(worker_seam, answerer, "email", 0, remind_after=0.5):
+            task = asking(seam, SEED, ACME)
+            questions = {q.rcpt_tos[0]: q for q in await sink.wait(2)}
+            reminders = {r.rcpt_tos[0]: r for r in (await sink.wait(4, timeout=15))[2:]}
+            assert set(reminders) == {ALICE, BOB}
+            for who, reminder in reminders.items():
+                assert reminder.header("In-Reply-To") == questions[who].header("Message-ID")
+                assert "Reminder: this question is still waiting" in reminder.text()
+            await submit(port(answerer), reply_to(reminders[BOB], "2"), mail_from=BOB)
+            assert await answered(task) == NO_JSON
+
+
 async def test_no_route_declines(backend: Backend, seam: Seam, sink: SmtpSink) -> None:
     memory = MemoryAnswerer(reply=lambda o: [{"id": "cleanup", "selected": ["No, keep them"]}])
     async with email_worker(backend, sink), running(seam, memory, "humans", 10):
@@ -458,6 +510,24 @@ async def test_answered_elsewhere_sends_a_note_when_asked_to(
         assert await answered(task) == NO_JSON
         note = (await sink.wait(2))[1]
         assert "answered elsewhere by memory" in note.text()
+        assert note.header("In-Reply-To") == question.header("Message-ID")
+
+
+async def test_a_withdrawn_question_sends_a_note_when_asked_to(
+    backend: Backend, seam: Seam, sink: SmtpSink
+) -> None:
+    async with email_worker(backend, sink, notify_elsewhere=True):
+        signal = asyncio.Event()
+        task = asyncio.create_task(seam.ask(SEED, CALLER, scope=SOLO, signal=signal))
+        (question,) = await sink.wait(1)
+        signal.set()
+        with pytest.raises(AskError):
+            await asyncio.wait_for(task, 10)
+        note = (await sink.wait(2))[1]
+        assert (
+            "This question was withdrawn (the caller withdrew the question): no answer is needed."
+            in note.text()
+        )
         assert note.header("In-Reply-To") == question.header("Message-ID")
 
 
@@ -645,12 +715,16 @@ async def test_with_dkim_required_only_a_signed_reply_counts(
     def txt(name: bytes, timeout: float = 5) -> bytes | None:  # the local DNS stand-in
         return dns.get(name)
 
-    async with email_worker(backend, sink, require_dkim=True, dkim=dkim_check(txt)) as email:
+    async with email_worker(
+        backend, sink, require_dkim=True, dkim=dkim_check(txt), inbound_secret=INBOUND
+    ) as email:
         task = asking(seam, SEED)
         (question,) = await sink.wait(1)
         reply = reply_to(question, "1")
         to = [str(reply["To"])]
         assert await refused(email, reply) == 550  # unsigned
+        status, body = await post(email, reply.as_bytes(policy=policy.SMTP))
+        assert (status, body["outcome"]) == (200, "refused")  # at the HTTP endpoint too
         assert await refused(email, signed(reply, key, "evil.example"), rcpt_to=to) == 550
         tampered = signed(reply, key, "acme.example").replace(b"\r\n1\r\n", b"\r\n2\r\n", 1)
         assert await refused(email, tampered, rcpt_to=to) == 550
@@ -770,13 +844,14 @@ async def test_a_reply_to_a_withdrawn_question_is_told_so(
         signal = asyncio.Event()
         task = asyncio.create_task(seam.ask(SEED, CALLER, scope=SOLO, signal=signal))
         (question,) = await sink.wait(1)
-        signal.set()  # the agent's turn is aborted
+        signal.set()  # the agent withdraws it (its turn's signal)
         with pytest.raises(AskError):
             await asyncio.wait_for(task, 10)
         await submit(port(email), reply_to(question, "1"))
         told = (await sink.wait(2))[1]
         assert (
-            "This question was withdrawn (cancelled): your reply was not recorded." in told.text()
+            "This question was cancelled (the caller withdrew the question):"
+            " your reply was not recorded." in told.text()
         )
         settlement = await seam.settlement(request_id_of(question))
         assert settlement is not None and settlement.state == "CANCELLED"

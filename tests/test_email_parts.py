@@ -153,6 +153,10 @@ def test_html_quotes_are_dropped() -> None:
     assert html_text(markup).split() == ["1"]
     outlook = '<p>2</p><div id="appendonsend"></div><hr><div id="divRplyFwdMsg">From: askq</div>'
     assert html_text(outlook).split() == ["2"]
+    signed = '<div>1</div><div class="gmail_signature"><div>Alice | ACME 555-0100</div></div>'
+    assert html_text(signed).split() == ["1"]
+    apple = '<div>No, keep them</div><blockquote type="cite">##- Please type…</blockquote>'
+    assert html_text(apple).split() == ["No,", "keep", "them"]
 
 
 # --- classifying inbound mail ----------------------------------------------------------
@@ -181,6 +185,14 @@ def test_only_well_formed_message_ids_thread() -> None:
     assert good.message_id == "<abc.1@acme.example>" and good.references == ("<x@y>", "<z@w>")
     bad = parse(mail("From: a@acme.example\r\nMessage-ID: <a b> Bcc: x@evil"))
     assert bad.message_id is None
+
+
+def test_an_smtp_reply_is_one_line_of_ascii() -> None:
+    from askq.answerers.email import Received, Verdict
+
+    reply = Received(Verdict.REFUSED, "this reply address was not sent to é@x\r\n250 OK").smtp_reply
+    assert reply == "550 5.7.1 this reply address was not sent to ?@x 250 OK"
+    assert Received(Verdict.RECORDED, "Yes").smtp_reply == "250 2.0.0 recorded"
 
 
 def test_a_non_standard_bounce_is_one_too() -> None:

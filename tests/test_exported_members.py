@@ -52,6 +52,7 @@ EXPORTED = [
     "parse_input",
     "quoted",
     "scope_matches",
+    "serve_metrics",
     "visible",
 ]
 

@@ -100,6 +100,32 @@ async def test_ask_not_on_a_terminal_prints_only_the_json(backend: Backend, seam
 # --- NO_ANSWERER: the operator's hint ------------------------------------------------
 
 
+def test_global_options_after_ask_and_worker(backend: Backend) -> None:
+    env = {k: v for k, v in backend.env().items() if k not in ("ASKQ_REDIS_URL", "ASKQ_PREFIX")}
+    flags = ["--redis-url", backend.url, "--prefix", backend.prefix]
+    worker = subprocess.Popen(
+        [*ASKQ, "worker", "auto", *flags],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert worker.stderr is not None
+        assert worker.stderr.readline().endswith(": ready\n")
+        result = subprocess.run(
+            [*ASKQ, "ask", "-q", "Go?", "-o", "Yes", *flags],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert result.stdout == '{"answers":[{"id":"q1","selected":["Yes"]}]}\n', result.stderr
+    finally:
+        worker.terminate()
+        worker.communicate(timeout=20)
+
+
 def test_no_answerer_adds_a_hint_for_the_operator(backend: Backend) -> None:
     result = askq(backend, "ask", *QUESTION)
     assert result.returncode == 3
@@ -173,7 +199,9 @@ def test_a_malformed_url_is_one_config_error_line(url: str, says: str) -> None:
     for before in (True, False):
         args = ["--redis-url", url, "status"] if before else ["status", "--redis-url", url]
         line = one_line_error(askq(None, *args), "CONFIG_ERROR", 12)
-        assert says in line, line
+        assert line.startswith("CONFIG_ERROR: --redis-url / ASKQ_REDIS_URL: ") and says in line
+    line = one_line_error(askq(None, "status", ASKQ_REDIS_URL=url), "CONFIG_ERROR", 12)
+    assert says in line, line
 
 
 def test_a_database_out_of_range_is_one_redis_unavailable_line(real_url: str) -> None:
@@ -203,6 +231,11 @@ def test_a_mistyped_worker_flag_is_named_with_the_closest(
     assert f"no option {typo}; did you mean {closest}?" in line, line
 
 
+def test_a_worker_option_before_the_kind_says_where_it_goes() -> None:
+    line = one_line_error(askq(None, "worker", "--priority", "3", "auto"), "CONFIG_ERROR", 12)
+    assert "--priority goes after the kind (`askq worker KIND --priority ...`" in line, line
+
+
 def test_worker_kind_help_lists_its_options_with_choices_and_defaults() -> None:
     result = askq(None, "worker", "auto", "--help")
     assert result.returncode == 0, result.stderr
@@ -223,7 +256,7 @@ async def test_abort_messages(backend: Backend, seam: Seam) -> None:
     assert "turn: empty" in one_line_error(empty, "INVALID_REQUEST", 6)
     unknown = askq(backend, "abort", "never-asked")
     assert unknown.returncode == 0
-    assert f"no pending asks under prefix '{backend.prefix}'" in unknown.stdout
+    assert f"no pending asks of it are known under prefix '{backend.prefix}'" in unknown.stdout
     again = askq(backend, "abort", "never-asked")
     assert "was already aborted" in again.stdout, again.stdout
     async with running(seam, MemoryAnswerer(), "desk"):

@@ -156,7 +156,7 @@ async def test_abort_from_another_process_while_the_caller_waits(backend: Backen
         retraction = await mem.next_retracted()
         assert (retraction.request_id, retraction.reason) == (
             offer.request_id,
-            "cancelled (turn aborted)",
+            "cancelled: the turn was aborted",
         )
         # An ask for the aborted turn fails at once, from any process.
         again = await asyncio.to_thread(

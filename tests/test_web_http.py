@@ -160,6 +160,9 @@ async def test_trusted_proxy_identity(seam: Seam) -> None:
             assert page.status_code == 200 and "dana@example.com" in page.text
         async with client_for(web, host="192.0.2.9") as direct:  # not the proxy: ignored
             assert (await direct.get("/", headers=headers)).status_code == 303
+            page = await direct.get("/signin")
+            assert "Sign in through your organisation" in page.text
+            assert 'name="token"' not in page.text  # no token sign-in configured
         async with client_for(web, host="10.1.2.3") as proxied:  # not a user name: ignored
             bad = {"X-Forwarded-Email": "<script>@x"}
             assert (await proxied.get("/", headers=bad)).status_code == 303
@@ -364,7 +367,7 @@ async def test_a_cancelled_question_says_so(
 
         await eventually(gone)
         page = await alice.get(f"/q/{rid}")
-        assert "Cancelled" in page.text and "cancelled (turn aborted)" in page.text
+        assert "Cancelled" in page.text and "cancelled: the turn was aborted" in page.text
 
 
 async def test_unknown_request_is_404(alice: httpx.AsyncClient) -> None:
@@ -489,6 +492,7 @@ async def test_fleet_dashboard(seam: Seam, web: WebAnswerer, alice: httpx.AsyncC
             assert "<td>web</td><td>web</td>" in body and "<td>rules</td><td>memory</td>" in body
             assert body.count(" s ago</span>") == 2
             assert "<td>CLAIMED</td><td>0</td><td>1</td>" in body
+            assert "No sweeper is running" in body
             html = await _form(alice, rid)
             await alice.post(f"/q/{rid}", data={"csrf": csrf_of(html), "q0": "opt0"})
         live = await alice.get("/fleet/live")
@@ -498,3 +502,31 @@ async def test_fleet_dashboard(seam: Seam, web: WebAnswerer, alice: httpx.AsyncC
     async with client_for(web) as anonymous:
         assert (await anonymous.get("/fleet")).status_code == 303
         assert (await anonymous.get("/fleet/live")).status_code == 401
+
+
+async def test_fleet_shows_sweepers_and_failed_sends(
+    backend: Backend, seam: Seam, web: WebAnswerer, alice: httpx.AsyncClient
+) -> None:
+    from test_sweeper import Flaky, arq_sweeper
+
+    async def live_body() -> str:
+        return (await alice.get("/fleet/live")).text
+
+    # A channel ahead of the web tier whose posts always fail: it gives the question
+    # back after its tries, and the dashboard lists the failed send.
+    channel = Flaky(fail=10**6, retry_after=0.05)
+    async with running(seam, channel, "chat", priority=-1):
+        async with asking(seam, web, CONFIRM) as (rid, _):
+            body = await live_body()
+            assert (
+                f"<td>memory</td><td>post</td><td>{rid}</td><td>3</td>"
+                "<td>RetryLater: rate limited</td>" in body
+            )
+    assert "No sweeper is running" in await live_body()
+    async with arq_sweeper(backend):  # the sweeper as `askq sweeper` runs it (it beats)
+
+        async def sweeper_shown() -> bool:
+            return "No sweeper is running" not in await live_body()
+
+        await eventually(sweeper_shown)
+        assert " s ago</td><td>" in await live_body()

@@ -124,7 +124,7 @@ async def test_a_reminder_highlights_and_a_cancel_leaves(backend: Backend, seam:
             assert 'class="item reminded"' in page.text
             await seam.abort_turn(CALLER.turn_id)
             gone = await events.until("gone")
-            assert gone == {"id": offer["id"], "reason": "cancelled (turn aborted)"}
+            assert gone == {"id": offer["id"], "reason": "cancelled: the turn was aborted"}
             with pytest.raises(AskError):
                 await ask
 
@@ -161,3 +161,28 @@ async def test_a_port_in_use_is_a_config_error(seam: Seam) -> None:
                 pass
         assert caught.value.code is ErrorCode.CONFIG_ERROR
         assert f"cannot listen on 127.0.0.1:{web.port}" in caught.value.message
+
+
+async def test_an_answer_pages_stream_carries_its_request_alone(seam: Seam) -> None:
+    other = MemoryAnswerer(by="console:ops")
+    async with web_replica(seam, serve=True) as (_, web), running(seam, other, "other"):
+        async with signed_in(web) as client, stream(client) as inbox:
+            await inbox.until("snapshot")
+            first = asyncio.create_task(seam.ask({"questions": [CONFIRM]}, CALLER))
+            rid = (await inbox.until("offer"))["id"]
+            page = await client.get(f"/q/{rid}")
+            assert f'data-stream="/events?request={rid}"' in page.text
+            async with stream(client, f"/events?request={rid}") as watching:
+                assert (await watching.until("snapshot"))["count"] == 0
+                second = asyncio.create_task(seam.ask({"questions": [NAME]}, CALLER))
+                assert (await inbox.until("offer"))["id"] != rid
+                await other.next_presented()
+                await other.next_presented()
+                await other.answer(rid, [{"id": "go", "selected": ["No"]}])
+                # The next event is this request's: the other question's offer never came.
+                assert await watching.next() == (
+                    "gone",
+                    {"id": rid, "reason": "answered in a terminal by ops"},
+                )
+                second.cancel()
+            await first

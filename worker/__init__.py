@@ -4,6 +4,7 @@ from ._answerer import FINAL_REFUSALS, Answerer, AnswererOptions, GroupHandle, R
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
 from ._links import LinkClaims, LinkError, SignedLinks
+from ._metrics import serve_metrics
 from ._models import (
     MAX_CUSTOM,
     RECOMMENDED_SUFFIX,
@@ -81,4 +82,5 @@ __all__ = [
     "quoted",
     "scope_matches",
     "visible",
+    "serve_metrics",
 ]

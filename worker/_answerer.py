@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 from pydantic import BaseModel, ConfigDict
 
 from ._errors import AskError, ErrorCode
-from ._models import Answers, AskRequest, Offer, Retraction, Settlement, Status
+from ._models import Answers, AskRequest, Offer, Retraction, Settlement
 from ._types import Sender
 
 if TYPE_CHECKING:
     from ._answering import Answering
     from ._requests import Requests
+    from ._status import FullStatus
     from ._store import ChannelStore
 
 
@@ -60,7 +61,7 @@ class GroupHandle:
         restore: Callable[[Offer], None] | None = None,
         sender: Sender | None = None,
         live: Callable[[], bool] | None = None,
-        fleet: Callable[[], Awaitable[Status]] | None = None,
+        fleet: Callable[[], Awaitable[FullStatus]] | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -78,9 +79,10 @@ class GroupHandle:
         """Whether this replica is registered and taking offers (a readiness probe)."""
         return self._live()
 
-    async def fleet(self) -> Status:
-        """Every group (priority, live replicas, entries pending) and the oldest pending
-        requests, as `askq status` shows them (a dashboard)."""
+    async def fleet(self) -> FullStatus:
+        """What `askq status` shows: every group with its live replicas and their
+        heartbeat ages, the sweepers, requests pending by state and tier (the oldest
+        listed), the channel sends that gave up (a dashboard)."""
         if self._fleet is None:
             raise AskError(ErrorCode.INTERNAL, f"group {self.name} has no view of the fleet")
         return await self._fleet()

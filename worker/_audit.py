@@ -41,14 +41,10 @@ class AuditEntry(BaseModel):
     by: str | None = None
     code: str | None = None
     reason: str | None = None
-    agent: str | None = None
-    turn: str | None = None
 
-    def involves(self, group: str) -> bool:
-        return self.group == group or group in split_groups(self.groups)
-
-    def describe(self) -> str:
-        """The entry as a sentence (agent text in it is data: the caller escapes it)."""
+    def describe(self, agent: str | None = None, turn: str | None = None) -> str:
+        """The entry as a sentence (agent text in it is data: the caller escapes it).
+        `agent`, `turn`: the request's caller (an `asked` entry does not repeat them)."""
         e, group = self.e, self.group or "?"
         tier = f" (tier {self.tier})" if self.tier is not None else ""
         if e == "asked":
@@ -58,8 +54,10 @@ class AuditEntry(BaseModel):
                 more.append(f"timeout {int(facts['timeout_ms']) / 1000:g} s")
             if facts.get("idempotent"):
                 more.append("idempotent")
+            if agent is None:
+                return "asked" + (f" ({', '.join(more)})" if more else "")
             tail = f", {', '.join(more)}" if more else ""
-            return f"asked by agent {self.agent} (turn {self.turn}{tail})"
+            return f"asked by agent {agent} (turn {turn}{tail})"
         if e == "offered":
             groups = ", ".join(split_groups(self.groups))
             return f"offered to tier {self.tier}: {groups}"

@@ -57,7 +57,7 @@ def settings_for(given: dict[str, Any]) -> Settings:
         fail(settings_error(exc))
         raise AssertionError("unreachable") from None
     except AskError as exc:
-        fail(exc)
+        fail(AskError(exc.code, f"--redis-url / ASKQ_REDIS_URL: {exc.message}"))
         raise AssertionError("unreachable") from None
     return settings
 

@@ -6,6 +6,8 @@ written out escaped (`visible`), never markup.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
 import json
 import sys
@@ -15,6 +17,7 @@ import click
 
 from ._audit import STATES, Audit, AuditEntry, RequestDetail, RequestFilter, RequestSummary
 from ._cli_base import run_cli
+from ._errors import AskError
 from ._seam import Seam
 from ._settings import Settings
 from ._text import visible
@@ -78,7 +81,8 @@ def print_detail(d: RequestDetail) -> None:
     _echo("timeline")
     start = d.timeline[0].t if d.timeline else (d.created_ms or 0)
     for entry in d.timeline:
-        _echo(f"  {clock(entry.t)[11:23]}  +{(entry.t - start) / 1000:8.3f}s  {entry.describe()}")
+        offset = f"+{(entry.t - start) / 1000:8.3f}s"
+        _echo(f"  {clock(entry.t)[11:23]}  {offset}  {entry.describe(d.agent, d.turn)}")
     if not d.timeline:
         _echo("  (no trail: asked before askq kept one)")
     if d.answers is not None:
@@ -134,8 +138,11 @@ def requests(
     # The id is what an operator acts on (`askq show ID`): never cut, never wrapped;
     # the other columns fold on a narrow terminal.
     table.add_column("request", no_wrap=True, min_width=32)
-    for name in ("state", "header", "agent", "turn", "groups", "asked", "outcome"):
+    table.add_column("state", no_wrap=True)
+    for name in ("header", "agent", "turn", "groups"):
         table.add_column(name, overflow="fold")
+    table.add_column("asked (UTC)", no_wrap=True)
+    table.add_column("outcome", overflow="fold")
     for r in rows:
         outcome = _summary_outcome(r)
         cells = [
@@ -145,7 +152,7 @@ def requests(
             r.agent,
             r.turn,
             ",".join(r.groups),
-            clock(r.created_ms)[:19],
+            clock(r.created_ms)[11:19],
             outcome,
         ]
         table.add_row(*[Text(visible(c)) for c in cells])
@@ -177,21 +184,34 @@ def audit_tail(settings: Settings, lines: int, follow: bool, jsonl: bool) -> Non
     """The last entries of the audit stream; with -f, then every new one."""
 
     async def run() -> int:
+        from ._runtime import stop_on_signals
+
+        stop = stop_on_signals()  # Ctrl-C or SIGTERM ends `-f` cleanly
         count = 0
         async with Seam(settings=settings) as seam:
             conn = seam.blocking_connection()
-            try:
+
+            async def consume() -> None:
+                nonlocal count
                 async for entry in _audit(seam).tail(conn, last=lines, follow=follow):
                     count += 1
                     _print_entry(entry, jsonl)
+
+            task = asyncio.ensure_future(consume())
+            stopping = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                await conn.aclose()
+                stopping.cancel()
+                task.cancel()
+                await conn.aclose()  # fails a blocked read the cancel may not reach
+                with contextlib.suppress(asyncio.CancelledError, AskError):
+                    await task
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
         return count
 
-    try:
-        count = run_cli(run)
-    except KeyboardInterrupt:  # `-f` ends with Ctrl-C
-        return
+    count = run_cli(run)
     if count == 0 and not follow:
         click.echo(
             "the audit stream is empty (is ASKQ_AUDIT_STREAM_MAXLEN set where requests"

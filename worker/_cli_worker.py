@@ -221,6 +221,22 @@ class WorkerGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return answerer_kinds()
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            # `askq worker --priority 3 auto`: the options belong to the kind's command.
+            kinds = ", ".join(answerer_kinds())
+            fail(
+                AskError(
+                    ErrorCode.CONFIG_ERROR,
+                    f"askq worker: {cut(visible(exc.option_name), 40)} goes after the kind"
+                    f" (`askq worker KIND {cut(visible(exc.option_name), 40)} ...`;"
+                    f" kinds: {kinds})",
+                )
+            )
+            raise AssertionError("unreachable") from None
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return add_global_options(kind_command(cmd_name))
 

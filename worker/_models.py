@@ -247,8 +247,6 @@ class GroupStatus(BaseModel):
     scope: dict[str, str] = {}
     live_consumers: int
     pending: int
-    # Live replicas: seconds since each one's last heartbeat (a dashboard's view).
-    heartbeat_ages: dict[str, float] = {}
 
 
 class Status(BaseModel):

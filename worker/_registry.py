@@ -254,14 +254,7 @@ class Registry:
                 (await self.priorities()).items(), key=lambda kv: (kv[1], kv[0])
             ):
                 info = json.loads(infos.get(name, "{}"))
-                replicas = await redis.zrangebyscore(
-                    k.consumers(name), now + 1, "+inf", withscores=True
-                )
-                ttl_ms = _ttl_ms(self.settings)
-                ages = {
-                    str(replica): round(max(0, ttl_ms - (expiry - now)) / 1000, 1)
-                    for replica, expiry in replicas
-                }
+                live = await redis.zcount(k.consumers(name), now + 1, "+inf")
                 try:
                     pending = (await redis.xpending(k.tier(priority), name))["pending"]
                 except ResponseError:
@@ -272,9 +265,8 @@ class Registry:
                         priority=priority,
                         kind=info.get("kind", ""),
                         scope=info.get("scope", {}),
-                        live_consumers=len(ages),
+                        live_consumers=live,
                         pending=pending,
-                        heartbeat_ages=ages,
                     )
                 )
         return rows

@@ -49,6 +49,7 @@ from ._requests import RequestInfo
 from ._seam import Seam
 from ._sends import SendQueue
 from ._shown import Shown
+from ._status import full_status
 from ._store import ChannelStore
 from ._text import cut, visible
 
@@ -57,6 +58,7 @@ log = logging.getLogger("askq.runtime")
 GROUP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 READ_COUNT = 64
 MAX_IN_FLIGHT = 256
+FLEET_LISTED = 100  # pending requests a dashboard (GroupHandle.fleet) lists by age
 
 
 def stop_on_signals() -> asyncio.Event:
@@ -96,12 +98,12 @@ def _is_answer_at_once(value: Any) -> bool:
     return isinstance(value[1], str) and bool(value[1])
 
 
-class _CountedAnswering:
+class _CountedAnswering(Answering):
     """The group's answers and releases (from any replica, through its GroupHandle)
-    counted and logged as the group's outcomes."""
+    counted, logged and traced as the group's outcomes."""
 
     def __init__(self, answering: Answering, runtime: AnswererRuntime) -> None:
-        self._answering = answering
+        super().__init__(answering.scripts, answering.requests)
         self._runtime = runtime
 
     async def answer(
@@ -112,12 +114,12 @@ class _CountedAnswering:
             with contextlib.suppress(AskError):  # cached for offers read here
                 trace = (await self._runtime.seam.requests.request(request_id)).trace
         with _tracing.joined("askq.answer", trace, request_id=request_id, group=group, by=by):
-            valid = await self._answering.answer(request_id, group, answers, by=by, tier=tier)
+            valid = await super().answer(request_id, group, answers, by=by, tier=tier)
         await self._runtime.settled_here(request_id, "answered", by)
         return valid
 
     async def release(self, request_id: str, group: str) -> bool:
-        released = await self._answering.release(request_id, group)
+        released = await super().release(request_id, group)
         if released:
             await self._runtime.settled_here(request_id, "released", "")
         return released
@@ -181,7 +183,7 @@ class AnswererRuntime:
         )
         self._handle = GroupHandle(
             group,
-            answering=_CountedAnswering(seam.answering, self),  # type: ignore[arg-type]
+            answering=_CountedAnswering(seam.answering, self),
             requests=seam.requests,
             store=ChannelStore(seam.redis, seam.keys.base, answerer.kind, settings),
             priority=self.priority,
@@ -189,7 +191,7 @@ class AnswererRuntime:
             restore=self.shown.show,
             sender=self.sends.enqueue if answerer.uses_sends else None,
             live=self.ready.is_set,
-            fleet=seam.status,
+            fleet=lambda: full_status(seam, FLEET_LISTED),
         )
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -524,7 +526,7 @@ class AnswererRuntime:
         if decision == "declined":
             _metrics.recorder.passed_on(self.group, self.priority, "declined")
         if not log.isEnabledFor(logging.INFO):
-            return  # (the line's fields cost a replica ~3 % of its CPU per offer)
+            return
         log.info(
             "%s %s %s (tier %d, %.1f ms)",
             self.group,

@@ -37,7 +37,7 @@ from ._cli_base import (
 )
 from ._cli_inspect import audit, requests, show
 from ._cli_worker import worker
-from ._connections import redis_errors
+from ._connections import redacted, redis_errors
 from ._errors import AskError, ErrorCode
 from ._models import Caller, validate_model
 from ._plugins import answerer_kinds, load_answerer
@@ -295,8 +295,9 @@ def abort(settings: Settings, turn: str) -> None:
         click.echo(f"turn {turn} was already aborted; no pending asks left to cancel")
     else:
         click.echo(
-            f"turn {turn} aborted; it had no pending asks under prefix {settings.prefix!r}"
-            " (none known: check the turn id and --prefix). Later asks of it fail at once."
+            f"turn {turn} aborted; no pending asks of it are known under prefix"
+            f" {settings.prefix!r} on {redacted(settings.redis_url)} (check the turn id,"
+            " --prefix and --redis-url). Later asks of it fail at once."
         )
 
 

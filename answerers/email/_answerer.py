@@ -11,10 +11,7 @@ ran out of tries.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-from email.utils import make_msgid
 from typing import Any
 
 from askq import (
@@ -22,28 +19,23 @@ from askq import (
     AnswererOptions,
     Answers,
     AskError,
-    AskRequest,
-    ErrorCode,
     GroupHandle,
     Offer,
     Retraction,
-    RetryLater,
     SignedLinks,
     visible,
 )
 
-from . import _compose as compose
 from ._config import EmailConfig, EmailSettings
 from ._http import HttpEndpoint
-from ._inbox import Inbox, Received, give_back_if_undeliverable
+from ._inbox import Inbox, Received, Verdict, give_back_if_undeliverable
 from ._listener import DkimCheck, ReplyHandler, SmtpListener
-from ._mime import Inbound
-from ._smtp_out import Mailer, MailRefused
-from ._state import FAILED, SENT, EmailStore, tag
+from ._mime import parse
+from ._outbox import Outbox
+from ._smtp_out import Mailer
+from ._state import FAILED, SENT, EmailStore
 
 log = logging.getLogger("askq.email")
-
-REMINDER_GAP_SECONDS = 60
 
 
 class EmailOptions(AnswererOptions):
@@ -52,6 +44,11 @@ class EmailOptions(AnswererOptions):
 
 
 class EmailAnswerer(Answerer[EmailOptions]):
+    """People answer by email: a question mail per recipient, answered by a reply or a
+    signed link (configured by the ASKQ_EMAIL_* settings; README, "Email").
+
+    Replies arrive at the SMTP listener or the raw-MIME HTTP endpoint of any replica."""
+
     kind = "email"
     Options = EmailOptions
     uses_sends = True  # questions, reminders and feedback are retried sends
@@ -59,6 +56,7 @@ class EmailAnswerer(Answerer[EmailOptions]):
     config: EmailConfig
     store: EmailStore
     mailer: Mailer
+    outbox: Outbox
     inbox: Inbox
 
     def __init__(
@@ -69,8 +67,8 @@ class EmailAnswerer(Answerer[EmailOptions]):
         dkim: DkimCheck | None = None,
     ) -> None:
         """`settings`: the ASKQ_EMAIL_* settings (default: read from the environment at
-        start-up). `dkim`: the listener's DKIM check (default: dkimpy with the system's
-        DNS, when ASKQ_EMAIL_REQUIRE_DKIM is on)."""
+        start-up). `dkim`: the DKIM check of inbound mail when ASKQ_EMAIL_REQUIRE_DKIM is
+        on (default: dkimpy with the system's DNS)."""
         super().__init__(options)
         self._settings = settings
         self._dkim = dkim
@@ -87,17 +85,17 @@ class EmailAnswerer(Answerer[EmailOptions]):
         self.mailer = Mailer(self.config)
         if self.config.link_base_url:
             self.links = SignedLinks(list(self.config.secrets))
+        self.outbox = Outbox(self.config, group, self.store, self.mailer, self.links)
         self.inbox = Inbox(
             group, self.store, self.config.addresses, self.config.routes, self._queue_note
         )
         try:
-            if self.config.listen:
-                dkim = self._dkim
-                if dkim is None and self.config.require_dkim:
-                    from ._dkim import dkim_check
+            if self._dkim is None and self.config.require_dkim:
+                from ._dkim import dkim_check
 
-                    dkim = dkim_check()
-                handler = ReplyHandler(self.config.addresses, self.receive, dkim)
+                self._dkim = dkim_check()
+            if self.config.listen:
+                handler = ReplyHandler(self.config.addresses, self.receive)
                 self.listener = SmtpListener(
                     handler,
                     self.config.listen_host,
@@ -146,9 +144,18 @@ class EmailAnswerer(Answerer[EmailOptions]):
             static=True,
         )
 
-    async def receive(self, inbound: Inbound) -> Received:
-        """Handle one inbound message (a reply, a bounce, an automatic reply)."""
-        return await self.inbox.receive(inbound)
+    async def receive(
+        self, raw: bytes, mail_from: str | None = None, rcpt_tos: tuple[str, ...] = ()
+    ) -> Received:
+        """Handle one inbound message (a reply, a bounce, an automatic reply), as the
+        SMTP listener or the HTTP endpoint got it. With ASKQ_EMAIL_REQUIRE_DKIM, one
+        without a valid DKIM signature of its From domain is refused first."""
+        if self.config.require_dkim and self._dkim is not None:
+            why = await self._dkim(raw)
+            if why is not None:
+                log.warning("inbound mail from %s refused: %s", visible(mail_from or "?"), why)
+                return Received(Verdict.REFUSED, why)
+        return await self.inbox.receive(parse(raw, mail_from=mail_from, rcpt_tos=rcpt_tos))
 
     # --- the runtime's side ------------------------------------------------------------
 
@@ -172,11 +179,11 @@ class EmailAnswerer(Answerer[EmailOptions]):
         )
         if not self.config.notify_elsewhere or state == "FAILED":
             return
-        line = (
-            f"This question was answered elsewhere by {visible(retraction.by or 'someone')}."
-            if state == "ANSWERED"
-            else "This question was withdrawn: no answer is needed any more."
-        )
+        why = retraction.why_cancelled
+        if state == "ANSWERED":
+            line = f"This question was answered elsewhere by {visible(retraction.by or 'someone')}."
+        else:
+            line = f"This question was withdrawn{f' ({why})' if why else ''}: no answer is needed."
         deliveries = await self.store.deliveries(retraction.request_id)
         answerer = (retraction.by or "").removeprefix("email:")
         for recipient, status in deliveries.items():
@@ -217,123 +224,15 @@ class EmailAnswerer(Answerer[EmailOptions]):
     async def _queue_note(self, note: dict[str, Any]) -> None:
         await self.group.send("send_note", **note)
 
-    # --- composing ---------------------------------------------------------------------
-
-    def _links(self, request_id: str, recipient: str) -> compose.LinkMaker | None:
-        links, base = self.links, self.config.link_base_url
-        if links is None or base is None:
-            return None
-        group, ttl = self.group.name, self.config.link_ttl
-        minted: dict[tuple[str, str | None], str] = {}  # one link per choice per email
-
-        def make(question_id: str, option: str | None) -> str:
-            key = (question_id, option)
-            if key not in minted:
-                token = links.mint(
-                    request_id,
-                    group,
-                    recipient,
-                    ttl=ttl,
-                    question_id=question_id if option is not None else None,
-                    option=option,
-                )
-                minted[key] = f"{base}/a/{token}"
-            return minted[key]
-
-        return make
-
-    def _question_id(self, request_id: str, recipient: str) -> str:
-        return compose.message_id(request_id, recipient, self.config.domain)
-
-    def _envelope(
-        self,
-        request_id: str,
-        recipient: str,
-        *,
-        in_reply_to: str | None = None,
-        references: tuple[str, ...] = (),
-    ) -> compose.Envelope:
-        first = in_reply_to is None and not references
-        return compose.Envelope(
-            from_address=self.config.from_address,
-            from_name=self.config.from_name,
-            to=recipient,
-            reply_to=self.config.addresses.address("answer", request_id, recipient),
-            message_id=self._question_id(request_id, recipient)
-            if first
-            else make_msgid(domain=self.config.domain),
-            in_reply_to=in_reply_to,
-            references=references,
-        )
-
-    async def _pending_request(self, request_id: str) -> AskRequest | None:
-        """The request while it is still this group's to ask about; else None."""
-        if await self.store.outcome(request_id) is not None:
-            return None  # settled (or withdrawn) before this ran
-        if not await self.group.holds(request_id):
-            log.info("request %s is no longer this group's; not mailing it", request_id)
-            return None
-        return await self.group.request(request_id)
-
-    # --- sends (retried; each safe to run twice) ---------------------------------------
+    # --- sends (retried; each safe to run twice), run by `Outbox` ----------------------
 
     async def send_question(self, request_id: str, recipient: str) -> None:
         """Mail the question to one recipient once, however often this runs."""
-        if recipient in await self.store.deliveries(request_id):
-            return
-        request = await self._pending_request(request_id)
-        if request is None:
-            return
-        route = self.config.routes.match(request.scope)
-        if route is None or recipient not in route.to:  # the routes changed under a claim
-            await self.store.record_delivery(request_id, recipient, f"{FAILED}: not routed")
-            await give_back_if_undeliverable(
-                self.group, self.store, request_id, route.to if route else (recipient,)
-            )
-            return
-        if not await self.store.lease_send(request_id, recipient):
-            left = await self.store.lease_left(request_id, recipient)
-            raise RetryLater(left, "being sent elsewhere")
-        # A recipient the route does not allow to answer (copied for information) gets
-        # no links: a link would let them answer all the same.
-        links = self._links(request_id, recipient) if route.allows(recipient) else None
-        message = compose.question_message(request, self._envelope(request_id, recipient), links)
-        bounce_to = self.config.addresses.address("bounce", request_id, recipient)
-        try:
-            await self.mailer.send(message, sender=bounce_to, recipient=recipient)
-        except MailRefused as exc:
-            log.warning("email of %s to %s refused: %s", request_id, recipient, exc)
-            await self.store.record_delivery(request_id, recipient, f"{FAILED}: {exc}")
-            await give_back_if_undeliverable(self.group, self.store, request_id, route.to)
-            return
-        except BaseException:
-            await self.store.drop_lease(request_id, recipient)
-            raise
-        await self.store.record_delivery(request_id, recipient, SENT)
+        await self.outbox.question(request_id, recipient)
 
     async def send_reminder(self, request_id: str, recipient: str) -> None:
-        """Remind one recipient, as a reply in the question's thread (at most once a
-        minute, so a repeated job does not remind twice)."""
-        if not await self.group.store.once(
-            f"remind:{request_id}:{tag(recipient)}", REMINDER_GAP_SECONDS
-        ):
-            return
-        request = await self._pending_request(request_id)
-        if request is None:
-            return
-        first = self._question_id(request_id, recipient)
-        message = compose.question_message(
-            request,
-            self._envelope(request_id, recipient, in_reply_to=first),
-            self._links(request_id, recipient),
-            preface=["Reminder: this question is still waiting for your answer.", ""],
-            in_thread=True,
-        )
-        bounce_to = self.config.addresses.address("bounce", request_id, recipient)
-        try:
-            await self.mailer.send(message, sender=bounce_to, recipient=recipient)
-        except MailRefused as exc:
-            log.warning("reminder of %s to %s refused: %s", request_id, recipient, exc)
+        """Remind one recipient, as a reply in the question's thread."""
+        await self.outbox.reminder(request_id, recipient)
 
     async def send_note(
         self,
@@ -345,50 +244,4 @@ class EmailAnswerer(Answerer[EmailOptions]):
         with_question: bool = False,
     ) -> None:
         """A reply in the thread (feedback on a reply, "answered elsewhere"), sent once."""
-        digest = hashlib.sha256(
-            json.dumps([request_id, to, lines, in_reply_to]).encode()
-        ).hexdigest()[:24]
-        marker = f"note:{digest}"
-        if not await self.group.store.once(marker, self.store.ttl):
-            return
-        try:
-            await self._send_note(
-                request_id, to, lines, in_reply_to, references or [], with_question
-            )
-        except BaseException:
-            await self.group.store.forget_once(marker)  # to be retried
-            raise
-
-    async def _send_note(
-        self,
-        request_id: str,
-        to: str,
-        lines: list[str],
-        in_reply_to: str | None,
-        references: list[str],
-        with_question: bool,
-    ) -> None:
-        first = self._question_id(request_id, to)
-        envelope = self._envelope(
-            request_id,
-            to,
-            in_reply_to=in_reply_to or first,
-            references=tuple(references) if in_reply_to else (),
-        )
-        try:
-            request: AskRequest | None = await self.group.request(request_id)
-        except AskError as exc:
-            if exc.code is not ErrorCode.NOT_FOUND:
-                raise
-            request = None
-        if request is not None and with_question:
-            message = compose.question_message(
-                request, envelope, self._links(request_id, to), preface=lines, in_thread=True
-            )
-        else:
-            title = compose.subject(request.questions) if request else "[askq] your reply"
-            message = compose.note_message(envelope, f"Re: {title}", lines)
-        try:
-            await self.mailer.send(message, sender=self.config.from_address, recipient=to)
-        except MailRefused as exc:  # will not change by retrying; nothing else to do
-            log.warning("note about %s to %s refused: %s", request_id, to, exc)
+        await self.outbox.note(request_id, to, lines, in_reply_to, references, with_question)

@@ -29,14 +29,14 @@ from starlette.routing import BaseRoute, Route
 from askq import AskError, ErrorCode
 
 from ._inbox import Received
-from ._mime import Inbound, parse
 
 log = logging.getLogger("askq.email")
 
 INBOUND_PATH = "/email/inbound"
 HEALTH_PATH = "/healthz"
 
-Receive = Callable[[Inbound], Awaitable[Received]]
+# (raw message, envelope sender, envelope recipients) -> what became of it.
+Receive = Callable[[bytes, str | None, tuple[str, ...]], Awaitable[Received]]
 
 
 class HttpEndpoint:
@@ -134,7 +134,7 @@ class HttpEndpoint:
         rcpt = request.headers.get("X-Askq-Rcpt-To", "")
         rcpt_tos = tuple(a.strip() for a in rcpt.split(",") if a.strip())
         try:
-            received = await self.receive(parse(raw, mail_from=mail_from, rcpt_tos=rcpt_tos))
+            received = await self.receive(raw, mail_from, rcpt_tos)
         except Exception:  # noqa: BLE001 - the poster retries on 5xx
             log.exception("could not handle an inbound message")
             return PlainTextResponse("temporary failure, try again later", status_code=503)

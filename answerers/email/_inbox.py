@@ -55,7 +55,8 @@ class Received:
 
     @property
     def smtp_reply(self) -> str:
-        detail = " ".join(self.detail.split())[:200]
+        # One line of ASCII: the detail may repeat a sender's address.
+        detail = " ".join(self.detail.split())[:200].encode("ascii", "replace").decode()
         if self.verdict is Verdict.REFUSED:
             return f"550 5.7.1 {detail or 'refused'}"
         return f"250 2.0.0 {self.verdict.value}"
@@ -158,8 +159,9 @@ class Inbox:
             by = visible(settlement.by or "someone else")
             when = f" at {outcome.when()}" if outcome and outcome.at else ""
             return f"Already answered by {by}{when}: your reply was not recorded."
-        if settlement is not None and settlement.state == "CANCELLED":
-            return "This question was withdrawn (cancelled): your reply was not recorded."
+        if exc.code is ErrorCode.ALREADY_SETTLED:  # cancelled (and why), or failed
+            detail = visible(exc.message.removeprefix("already settled: "))
+            return f"This question was {detail}: your reply was not recorded."
         if exc.code is ErrorCode.NOT_CLAIMED:
             return "This question is being answered elsewhere now: your reply was not recorded."
         return f"Your reply was not recorded: {visible(exc.message)}."

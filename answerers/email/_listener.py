@@ -3,9 +3,10 @@
 Point the reply domain's MX at it (or relay to it). It takes mail only for our return
 addresses (any other recipient: 550 at RCPT, so it is no relay and sends no
 backscatter), at most `ASKQ_EMAIL_MAX_MESSAGE_BYTES` (552 beyond), offers STARTTLS
-when a certificate is configured, and optionally requires a valid DKIM signature of
-the From domain. A refused reply gets a 5xx (its sender's server tells them); a
-failure of ours a 451, so the sending server tries again later.
+when a certificate is configured, and hands each message to the channel
+(`EmailAnswerer.receive`, which checks DKIM first when required). A refused reply gets
+a 5xx (its sender's server tells them); a failure of ours a 451, so the sending server
+tries again later.
 """
 
 from __future__ import annotations
@@ -22,22 +23,19 @@ from askq import AskError, ErrorCode
 
 from ._addresses import ReplyAddresses
 from ._inbox import Received
-from ._mime import Inbound, parse
 
 log = logging.getLogger("askq.email")
 
-Receive = Callable[[Inbound], Awaitable[Received]]
+# (raw message, envelope sender, envelope recipients) -> what became of it.
+Receive = Callable[[bytes, str | None, tuple[str, ...]], Awaitable[Received]]
 # raw message -> None when its DKIM signature is valid and aligned, else why not.
 DkimCheck = Callable[[bytes], Awaitable[str | None]]
 
 
 class ReplyHandler:
-    def __init__(
-        self, addresses: ReplyAddresses, receive: Receive, dkim: DkimCheck | None = None
-    ) -> None:
+    def __init__(self, addresses: ReplyAddresses, receive: Receive) -> None:
         self.addresses = addresses
         self.receive = receive
-        self.dkim = dkim
 
     async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook name
         self,
@@ -59,15 +57,7 @@ class ReplyHandler:
         if not isinstance(raw, bytes):
             raw = str(raw or "").encode("utf-8", "surrogateescape")
         try:
-            if self.dkim is not None:
-                why = await self.dkim(raw)
-                if why is not None:
-                    log.warning("reply from %s refused: %s", envelope.mail_from, why)
-                    return f"550 5.7.20 {why}"
-            inbound = parse(
-                raw, mail_from=envelope.mail_from or "", rcpt_tos=tuple(envelope.rcpt_tos)
-            )
-            received = await self.receive(inbound)
+            received = await self.receive(raw, envelope.mail_from or "", tuple(envelope.rcpt_tos))
         except Exception:  # noqa: BLE001 - never lose a reply: the sender retries on 4xx
             log.exception("could not handle a reply from %s", envelope.mail_from)
             return "451 4.3.0 temporary failure, try again later"

@@ -150,7 +150,15 @@ class _HtmlText(HTMLParser):
     """Text of an HTML reply, without what clients use to quote the earlier mail."""
 
     SKIP = frozenset({"head", "style", "script", "title", "blockquote"})
-    QUOTE_CLASSES = ("gmail_quote", "moz-cite-prefix", "yahoo_quoted", "protonmail_quote")
+    QUOTE_CLASSES = (  # quoted mail, and signatures the client marks as such
+        "gmail_quote",
+        "gmail_signature",
+        "moz-cite-prefix",
+        "moz-signature",
+        "yahoo_quoted",
+        "protonmail_quote",
+        "protonmail_signature_block",
+    )
     STOP_IDS = ("appendonsend", "divrplyfwdmsg", "mail-editor-reference-message-container")
     BLOCKS = frozenset({"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "hr"})
     VOID = frozenset({"br", "hr", "img", "meta", "link", "input", "wbr", "col", "area", "base"})

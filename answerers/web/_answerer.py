@@ -129,6 +129,7 @@ class WebAnswerer(Answerer[WebOptions]):
             by=retraction.by,
             code=retraction.code,
             overwrite=False,
+            cause=retraction.cause,
         )
 
     async def remind(self, offer: Offer) -> None:

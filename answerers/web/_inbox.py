@@ -62,8 +62,8 @@ class Final(BaseModel):
     reason: str
 
 
-def reason_for(state: str, by: str | None, code: str | None) -> str:
-    """ "answered in Slack by U01", "cancelled (turn aborted)", ... for a person."""
+def reason_for(state: str, by: str | None, code: str | None, cause: str | None = None) -> str:
+    """ "answered in Slack by U01", "cancelled: the turn was aborted", ... for a person."""
     if state == "ANSWERED":
         if not by:
             return "answered"
@@ -79,7 +79,8 @@ def reason_for(state: str, by: str | None, code: str | None) -> str:
         if kind == "auto":
             return f"answered by rules ({who})"
         return f"answered by {by}"
-    return Retraction(request_id="-", state=state, code=code, by=by).reason  # type: ignore[arg-type]
+    retraction = Retraction(request_id="-", state=state, code=code, by=by, cause=cause)  # type: ignore[arg-type]
+    return retraction.reason
 
 
 class Inbox:
@@ -127,12 +128,19 @@ class Inbox:
         )
 
     async def settle(
-        self, request_id: str, state: str, *, by: str | None, code: str | None, overwrite: bool
+        self,
+        request_id: str,
+        state: str,
+        *,
+        by: str | None,
+        code: str | None,
+        overwrite: bool,
+        cause: str | None = None,
     ) -> Final:
         """Take it out of the inbox, record what became of it, and tell every page.
         `overwrite`: this replica knows (its own answer); a retraction keeps an earlier
         record."""
-        final = Final(state=state, by=by, at=time.time(), reason=reason_for(state, by, code))
+        final = Final(state=state, by=by, at=time.time(), reason=reason_for(state, by, code, cause))
         await self.store.set_fields(
             self._final(request_id),
             {k: str(v) for k, v in final.model_dump(exclude_none=True).items()},

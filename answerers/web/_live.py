@@ -38,9 +38,12 @@ def sse(event: str, data: object) -> Message:
 class Subscriber:
     user: str
     selector: dict[str, str]
+    only: str | None = None  # an answer page: the events of this one request
     queue: asyncio.Queue[Message | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
 
-    def wants(self, access: Access, scope: dict[str, str]) -> bool:
+    def wants(self, access: Access, request_id: str, scope: dict[str, str]) -> bool:
+        if self.only is not None and self.only != request_id:
+            return False
         return scope_matches(self.selector, scope) and access.allows(self.user, scope)
 
 
@@ -85,9 +88,9 @@ class LiveHub:
                 sub.queue.get_nowait()
             sub.queue.put_nowait(None)
 
-    def _send(self, message: Message, scope: dict[str, str]) -> None:
+    def _send(self, message: Message, request_id: str, scope: dict[str, str]) -> None:
         for sub in list(self._subscribers):
-            if sub.wants(self._access, scope):
+            if sub.wants(self._access, request_id, scope):
                 try:
                     sub.queue.put_nowait(message)
                 except asyncio.QueueFull:
@@ -101,10 +104,10 @@ class LiveHub:
             if kind == "offer":
                 entry = InboxEntry.model_validate_json(fields["entry"])
                 html = self._render_item(entry)
-                self._send(sse("offer", {"id": entry.id, "html": html}), entry.scope)
+                self._send(sse("offer", {"id": entry.id, "html": html}), entry.id, entry.scope)
             elif kind in ("gone", "remind"):
                 data = {"id": fields["id"], "reason": fields.get("reason", "")}
-                self._send(sse(kind, data), scope)
+                self._send(sse(kind, data), fields["id"], scope)
         except (KeyError, ValueError):
             log.warning("ignored a malformed inbox event %s", event_id)
 
@@ -116,8 +119,12 @@ class LiveHub:
             except asyncio.QueueFull:
                 self._drop(sub)
 
-    async def stream(self, user: str, selector: dict[str, str]) -> AsyncIterator[Message]:
-        sub = Subscriber(user, selector)
+    async def stream(
+        self, user: str, selector: dict[str, str], only: str | None = None
+    ) -> AsyncIterator[Message]:
+        """Events for `user` under the filter `selector` (`only`: of that request alone,
+        for its answer page), starting with a snapshot."""
+        sub = Subscriber(user, selector, only)
         self._subscribers.add(sub)
         try:
             yield await self._snapshot(sub)

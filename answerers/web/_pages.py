@@ -119,6 +119,8 @@ class InboxPages:
             await self.inbox.settle(request_id, "OFFERED", by=None, code=None, overwrite=False)
 
     async def snapshot(self, sub: Subscriber) -> Message:
+        if sub.only is not None:  # an answer page has no list to refresh
+            return sse("snapshot", {"html": "", "count": 0})
         entries = await self.visible(sub.user, sub.selector)
         html = self.render.text("_list.html", {"entries": entries})
         return sse("snapshot", {"html": html, "count": len(entries)})
@@ -202,7 +204,8 @@ class InboxPages:
             selector = parse_selector(request.query_params.get("scope", ""))
         except ValueError as exc:
             return PlainTextResponse(str(exc), status_code=400)
-        stream: AsyncIterator[Message] = self.hub.stream(user, selector)
+        only = request.query_params.get("request") or None
+        stream: AsyncIterator[Message] = self.hub.stream(user, selector, only)
         return EventSourceResponse(
             stream,
             ping=SSE_PING_SECONDS,
@@ -254,7 +257,7 @@ class InboxPages:
         context: dict[str, Any] = {
             **self.base(request, user),
             "request": asked,
-            "stream": f"{self.render.root}/events",
+            "stream": f"{self.render.root}/events?{urlencode({'request': asked.id})}",
             "recipient": None,
         }
         if await self.group.holds(asked.id):
@@ -327,10 +330,15 @@ class InboxPages:
         return {
             "groups": status.groups,
             "replicas": sum(g.live_consumers for g in status.groups),
-            "pending_total": len(status.requests),
+            "pending_total": status.pending_total,
+            "pending_by_state": status.pending_by_state,
+            "pending_by_tier": status.pending_by_tier,
             "pending": sorted(
                 pending.items(), key=lambda kv: (kv[0][1] is None, kv[0][1], kv[0][0])
             ),
+            "sweepers": status.sweepers,
+            "failed_sends": status.failed_sends,
+            "failed_total": status.failed_sends_total,
             "settlements": await self.inbox.recent_settlements(),
             "open_streams": self.hub.open_streams,
             "group": self.group.name,

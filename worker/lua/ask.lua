@@ -91,8 +91,8 @@ if idempotent then  -- (abort_turn reads which index to expire from the hash)
   redis.call('HSET', K.req, 'idem', K.idem)
 end
 local timeout = tonumber(A.timeout_ms)
-audit(K, request_id, 'asked', {agent = A.agent_id, turn = A.turn_id,
-  owner = given(A.claimed_owner), timeout_ms = timeout > 0 and timeout or nil,
+-- (the agent and turn are in the payload: the trail of a pending request stays small)
+audit(K, request_id, 'asked', {owner = given(owner), timeout_ms = timeout > 0 and timeout or nil,
   idempotent = idempotent or nil})
 local entry = offer_to(K, request_id, priority, members, now,
   {inbox = K.inbox, payload = A.payload_json, info = infos})

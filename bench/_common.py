@@ -35,7 +35,7 @@ class Config:
     workers: tuple[int, ...] = (1, 2, 4)
     callers: tuple[int, ...] = (1, 10, 100, 1000)
     throughput_seconds: float = 3.0
-    pending_n: int = 10_000
+    pending_sizes: tuple[int, ...] = (10_000, 100_000)  # asks pending at once, one run each
     tiers: tuple[int, ...] = (1, 3, 5)
     cleanup_n: int = 10_000
     settled_ttl: int = 2
@@ -51,7 +51,7 @@ class Config:
             workers=(1, 2),
             callers=(1, 100),
             throughput_seconds=0.3,
-            pending_n=300,
+            pending_sizes=(300, 1000),
             tiers=(1, 3),
             cleanup_n=300,
             settled_ttl=1,

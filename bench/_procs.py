@@ -32,7 +32,9 @@ RULES.write_text('[[rule]]\naction = "recommended"\n')
 
 
 def env(url: str, prefix: str, **extra: str | float) -> dict[str, str]:
-    out = {**os.environ, "ASKQ_REDIS_URL": url, "ASKQ_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
+    # An outer PYTHONPATH stays in front (an A/B run points it at another askq tree).
+    path = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))
+    out = {**os.environ, "ASKQ_REDIS_URL": url, "ASKQ_PREFIX": prefix, "PYTHONPATH": path}
     out.update({f"ASKQ_{k.upper()}": str(v) for k, v in extra.items()})
     return out
 

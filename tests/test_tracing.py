@@ -154,3 +154,27 @@ print(sorted(m for m in sys.modules if m.startswith("opentelemetry") and sys.mod
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["NO_ANSWERER", "[]"]
+
+
+def test_no_span_is_made_when_no_provider_is_set_and_no_trace_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The extra installed but never configured: `ask_span` is the shared no-op (what
+    OpenTelemetry's no-op span would have recorded and carried: nothing)."""
+    from askq import _tracing
+
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: trace.ProxyTracerProvider())
+    with _tracing.ask_span("a", "t") as span:
+        assert span is None
+    # A trace to continue (an agent's context from TRACEPARENT) still gets its span, so
+    # its traceparent travels in the request as before.
+    parent = trace.SpanContext(
+        trace_id=0x1234, span_id=0x99, is_remote=True, trace_flags=trace.TraceFlags(1)
+    )
+    with trace.use_span(trace.NonRecordingSpan(parent)):
+        with _tracing.ask_span("a", "t") as made:
+            assert made is not None
+            assert made.traceparent is not None and f"{0x1234:032x}" in made.traceparent
+    monkeypatch.undo()
+    with _tracing.ask_span("a", "t") as configured:  # the module's provider: a real span
+        assert configured is not None

@@ -5,7 +5,6 @@ and after it (`askq status --prefix x` as well as `askq --prefix x status`)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -19,6 +18,7 @@ from ._connections import check_redis_url
 from ._errors import AskError, ErrorCode
 from ._logging import LOG_FORMATS
 from ._logging import configure as configure_log
+from ._loop import run_on_loop
 from ._settings import Settings, settings_error
 from ._text import visible
 
@@ -157,7 +157,7 @@ class CliGroup(click.Group):
 def run_cli(main: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine; AskErrors become `CODE: message` and their exit status."""
     try:
-        return asyncio.run(main())  # type: ignore[arg-type]
+        return run_on_loop(main())  # type: ignore[arg-type]
     except AskError as exc:
         fail(exc)
     except RedisError as exc:  # a reply askq did not expect (e.g. a script error)

@@ -58,16 +58,53 @@ class GroupSpec:
 
     @property
     def info(self) -> str:
+        match = lua_match(self.scope)
         return json.dumps(
             {
                 "kind": self.kind,
                 "scope": self.scope,
                 "priority": self.priority,
                 "identity": self.identity,
+                **({"match": match} if match else {}),
                 **self.timing,
             },
             sort_keys=True,
         )
+
+
+# What a Lua pattern gives a special meaning; each is escaped with `%` to stand for itself.
+_LUA_MAGIC = frozenset("^$()%.[]*+-?")
+
+
+def lua_pattern(glob: str) -> str | None:
+    """A scope selector's shell-style pattern (`scope_matches`: fnmatchcase) as an
+    anchored Lua pattern that matches exactly the same strings, for routing inside the
+    scripts (lua/common.lua, `route`); None for a pattern it cannot express so, which
+    the group's replicas then decide on themselves: a `[...]` set, and `?` (one
+    character to Python, one byte to Lua: they differ on UTF-8 beyond ASCII)."""
+    if "[" in glob or "?" in glob:
+        return None
+    out = ["^"]
+    for char in glob:
+        if char == "*":
+            out.append(".*")
+        elif char in _LUA_MAGIC:
+            out.append("%" + char)
+        else:
+            out.append(char)
+    out.append("$")
+    return "".join(out)
+
+
+def lua_match(scope: dict[str, str]) -> dict[str, str] | None:
+    """The group's selector as Lua patterns by scope key, routed on in the scripts: a
+    request whose scope it cannot match is never offered to the group. None when the
+    group selects everything, or has a pattern Lua cannot express (it is offered
+    everything, as before, and declines by its selector)."""
+    patterns = {key: lua_pattern(glob) for key, glob in scope.items()}
+    if not patterns or any(p is None for p in patterns.values()):
+        return None
+    return {key: p for key, p in patterns.items() if p is not None}
 
 
 def _selector(scope: dict[str, str]) -> str:

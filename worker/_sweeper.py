@@ -3,8 +3,9 @@
 - Timers (decision windows, escalation deadlines, reminders, ask timeouts) live in
   one zset written by the state scripts themselves, atomically with the transition
   that sets them, so none is lost. Each replica waits for the earliest one on a
-  blocking read (BLPOP of the wake list, timed out at the due time; a script that adds
-  an earlier timer pushes to it), then fires what is due. Firing is the guarded
+  blocking read (BLPOP of the wake list, timed out at the due time or after at most
+  `MAX_SLEEP_S`; a script that adds an earlier timer due within that horizon pushes to
+  it), then fires what is due. Firing is the guarded
   `fire` script, which removes the timer as it acts: however many replicas race on a
   timer, it fires once. The wait does not poll: lateness is a round trip, not a tick.
 - Maintenance (arq cron, one replica per round): cancel the asks of caller processes
@@ -40,6 +41,10 @@ from ._sweeper_beat import SweeperBeat
 log = logging.getLogger("askq.sweeper")
 
 FIRE_BATCH = 100
+# The longest the timer loop sleeps between looks at the timers zset: a script does not
+# wake it for a timer due later than this (lua/common.lua, WAKE_HORIZON_MS, the same
+# figure), which spares every offer's decision window four commands.
+MAX_SLEEP_S = 10.0
 SWEEPER_CONSUMER = "askq-sweeper"
 
 
@@ -114,7 +119,7 @@ class Sweeper:
         await self.fire_due()
         k = self.seam.keys
         head = await conn.zrange(k.timers, 0, 0, withscores=True)
-        wait = self.seam.settings.block_seconds
+        wait = min(self.seam.settings.block_seconds, MAX_SLEEP_S)
         if head:
             wait = min(wait, max(0.0, (head[0][1] - await server_ms(self.seam.redis)) / 1000))
         if wait > 0:

@@ -105,7 +105,20 @@ class AskSpan:
 
 
 def ask_span(agent_id: str, turn_id: str) -> AskSpan | contextlib.nullcontext[None]:
-    return AskSpan(agent_id, turn_id) if ENABLED else _NULL
+    return AskSpan(agent_id, turn_id) if ENABLED and not _inert() else _NULL
+
+
+def _inert() -> bool:
+    """No tracer provider is configured and there is no trace to continue: the span
+    would be OpenTelemetry's no-op, recording nothing and carrying no traceparent, so
+    none is made (entering and leaving it cost a caller 15-25 µs of CPU per ask when the
+    extra is merely installed). A provider set later is seen at the next ask."""
+    trace = _api()
+    if not isinstance(
+        trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+    ):
+        return False
+    return not trace.get_current_span().get_span_context().is_valid
 
 
 @contextlib.contextmanager

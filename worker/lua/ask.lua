@@ -76,7 +76,8 @@ if A.mode == 'attach' then
 end
 
 local now = now_ms()
-local priority, members = route(K.groups, K.live, nil, now)
+local priority, members, infos = route(K, nil, now,
+  scope_reader(function() return A.payload_json end))
 if priority == nil then return {'NO_ANSWERER', NO_ANSWERER_MESSAGE} end
 if not tier_stream(priority) then return {'STALE'} end
 
@@ -93,7 +94,8 @@ local timeout = tonumber(A.timeout_ms)
 -- (the agent and turn are in the payload: the trail of a pending request stays small)
 audit(K, request_id, 'asked', {owner = given(owner), timeout_ms = timeout > 0 and timeout or nil,
   idempotent = idempotent or nil})
-local entry = offer_to(K, request_id, priority, members, now)
+local entry = offer_to(K, request_id, priority, members, now,
+  {inbox = K.inbox, payload = A.payload_json, info = infos})
 if timeout > 0 then
   redis.call('SET', K.timeout_body, A.timeout_settlement)
   add_timer(K, 'timeout|' .. request_id, now + timeout)

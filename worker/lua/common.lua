@@ -88,39 +88,86 @@ local function without(list, value)
   return out
 end
 
--- The lowest priority above `after` (any, when nil) that has a live group, and the
--- live groups of that priority, sorted.
-local function route(groups_key, live_key, after, now)
-  local all = redis.call('HGETALL', groups_key)
-  local best, members = nil, {}
+-- Whether a group's scope selector, as Lua patterns by scope key (`match` in its
+-- registry entry, _registry.py), accepts the request's scope. A group without one
+-- (no selector, or one Lua cannot express) may be offered anything; it decides itself.
+local function selects(match, scope_of)
+  if type(match) ~= 'table' or next(match) == nil then return true end
+  local scope = scope_of()
+  for key, pattern in pairs(match) do
+    local value = scope[key]
+    if type(value) ~= 'string' or not string.find(value, pattern) then return false end
+  end
+  return true
+end
+
+-- The request's scope, decoded once per script and only if a selector asks for it.
+local function scope_reader(payload_of)
+  local scope = nil
+  return function()
+    if scope == nil then
+      local ok, request = pcall(cjson.decode, payload_of() or '{}')
+      scope = (ok and type(request) == 'table' and type(request.scope) == 'table')
+        and request.scope or {}
+    end
+    return scope
+  end
+end
+
+-- The lowest priority above `after` (any, when nil) that has a live group whose scope
+-- selector accepts the request, those groups of that priority, sorted, and their
+-- registry entries (decoded) by name. A group that cannot match is never offered the
+-- question, and a tier with none that can is passed over without a hop.
+-- k = {groups, live, group_info}
+local function route(k, after, now, scope_of)
+  local all = redis.call('HGETALL', k.groups)
+  local names, priorities = {}, {}
   for i = 1, #all, 2 do
     local name, priority = all[i], tonumber(all[i + 1])
     if after == nil or priority > after then
-      local live_until = redis.call('ZSCORE', live_key, name)
+      local live_until = redis.call('ZSCORE', k.live, name)
       if live_until and tonumber(live_until) > now then
-        if best == nil or priority < best then
-          best, members = priority, {name}
-        elseif priority == best then
-          members[#members + 1] = name
-        end
+        names[#names + 1], priorities[#names + 1] = name, priority
       end
     end
   end
+  local best, members, infos = nil, {}, {}
+  if #names == 0 then return best, members, infos end
+  local raw = redis.call('HMGET', k.group_info, unpack(names))
+  for i, name in ipairs(names) do
+    local ok, info = pcall(cjson.decode, raw[i] or '{}')
+    if not ok or type(info) ~= 'table' then info = {} end
+    local priority = priorities[i]
+    if (best == nil or priority <= best) and selects(info.match, scope_of) then
+      if best == nil or priority < best then
+        best, members = priority, {name}
+      else
+        members[#members + 1] = name
+      end
+      infos[name] = info
+    end
+  end
   table.sort(members)
-  return best, members
+  return best, members, infos
 end
 
 -- Timers: members of the timers zset, scored by due time (ms):
 --   timeout|<id>   window|<id>|<offer>|<group>   escalate|...   remind|...
 -- A timer is named by its request, the offer and the group, so a transition drops
 -- the ones it makes moot by name (no list kept in the request). A new earliest timer
--- wakes the sweepers.
+-- due within the horizon below wakes the sweepers.
 local function timer_of(kind, request_id, offer, group)
   return kind .. '|' .. request_id .. '|' .. offer .. '|' .. group
 end
 
+-- A sweeper looks at the timers at least every WAKE_HORIZON_MS (_sweeper.py,
+-- MAX_SLEEP_S): only a timer due sooner than that may need to wake it. (A decision
+-- window of the default 30 s thus costs its offer one ZADD, not five commands.)
+local WAKE_HORIZON_MS = 10000
+
 local function add_timer(k, member, due)
   redis.call('ZADD', k.timers, due, member)
+  if due - now_ms() > WAKE_HORIZON_MS then return end
   if redis.call('ZRANGE', k.timers, 0, 0)[1] == member then
     redis.call('LPUSH', k.wake, due)
     redis.call('LTRIM', k.wake, 0, 0)
@@ -132,10 +179,11 @@ local function drop_timer(k, member)
   redis.call('ZREM', k.timers, member)
 end
 
--- Drop the decision windows, escalations and reminders of `offer` for `groups`.
-local function drop_offer_timers(k, request_id, offer, groups)
-  if not offer then return end
-  local members = {}
+-- Drop the decision windows, escalations and reminders of `offer` for `groups` (and
+-- the timers named in `also`, in the same command).
+local function drop_offer_timers(k, request_id, offer, groups, also)
+  local members = also or {}
+  if not offer then groups = {} end
   for _, group in ipairs(groups) do
     for _, kind in ipairs({'window', 'escalate', 'remind'}) do
       members[#members + 1] = timer_of(kind, request_id, offer, group)
@@ -144,10 +192,13 @@ local function drop_offer_timers(k, request_id, offer, groups)
   if #members > 0 then redis.call('ZREM', k.timers, unpack(members)) end
 end
 
--- A group's own deadlines (ms; 0 = none), as it registered them.
-local function timing(group_info, group)
-  local raw = redis.call('HGET', group_info, group)
-  local info = raw and cjson.decode(raw) or {}
+-- A group's own deadlines (ms; 0 = none), as it registered them (`info`: its entry,
+-- when route() read it already).
+local function timing(group_info, group, info)
+  if not info then
+    local raw = redis.call('HGET', group_info, group)
+    info = raw and cjson.decode(raw) or {}
+  end
   return {window = tonumber(info.decision_window_ms) or 0,
     escalate = tonumber(info.escalate_ms) or 0, remind = tonumber(info.remind_ms) or 0}
 end
@@ -155,8 +206,8 @@ end
 -- The request's current offer is over (settled, or moved on to another tier):
 -- acknowledge it for every group it went to, so that no replica recovers an offer that
 -- is decided, and drop its deadlines. pcall: a group deleted by hand must not abort a
--- script half-way.
-local function end_offer(k, request_id)
+-- script half-way. `also`: more timers to drop with the offer's (settle: the timeout).
+local function end_offer(k, request_id, also)
   local tier, offer, offered = unpack(redis.call('HMGET', k.req, 'tier', 'offer', 'offered'))
   if tier and offer then
     local groups = split(offered)
@@ -165,17 +216,23 @@ local function end_offer(k, request_id)
     if stream then
       for _, group in ipairs(groups) do redis.pcall('XACK', stream, group, offer) end
     end
-    drop_offer_timers(k, request_id, offer, groups)
+    drop_offer_timers(k, request_id, offer, groups, also)
+  elseif also then
+    drop_offer_timers(k, request_id, nil, {}, also)
   end
 end
 
 -- Put the request on the stream of tier `priority`, offered to `members`, each with its
 -- decision window. The entry carries the payload, so a worker decides on a fresh offer
--- without reading the hash. Any earlier offer was ended first (end_offer).
-local function offer_to(k, request_id, priority, members, now)
-  local inbox = redis.call('HGET', k.req, 'inbox')
+-- without reading the hash. Any earlier offer was ended first (end_offer). `known`:
+-- the inbox and payload when the caller has them at hand (ask), else they are read;
+-- `known.info`: the members' registry entries, as route() read them.
+local function offer_to(k, request_id, priority, members, now, known)
+  known = known or {}
+  local inbox = known.inbox or redis.call('HGET', k.req, 'inbox')
   -- (in the hash for a request asked before the payload had its own key)
-  local payload = redis.call('GET', k.payload) or redis.call('HGET', k.req, 'payload')
+  local payload = known.payload or redis.call('GET', k.payload)
+    or redis.call('HGET', k.req, 'payload')
   local entry = redis.call('XADD', tier_prefix .. priority, '*', 'request', request_id,
     'payload', payload, 'inbox', inbox)
   local list = table.concat(members, ',')
@@ -183,7 +240,7 @@ local function offer_to(k, request_id, priority, members, now)
     'offered', list, 'undecided', list, 'claimers', '')
   audit(k, request_id, 'offered', {tier = tonumber(priority), groups = list})
   for _, group in ipairs(members) do
-    local window = timing(k.group_info, group).window
+    local window = timing(k.group_info, group, (known.info or {})[group]).window
     if window > 0 then add_timer(k, timer_of('window', request_id, entry, group), now + window) end
   end
   return entry
@@ -217,8 +274,7 @@ end
 -- (group: the group it settled through; reason: why it was cancelled; defaulted).
 local function settle(k, request_id, state, code, body, by, note)
   note = note or {}
-  end_offer(k, request_id)
-  drop_timer(k, 'timeout|' .. request_id)
+  end_offer(k, request_id, {'timeout|' .. request_id})
   redis.call('SREM', k.asked, request_id)
   local now = now_ms()
   redis.call('HSET', k.req, 'state', state, 'code', code, 'by', by,
@@ -226,8 +282,9 @@ local function settle(k, request_id, state, code, body, by, note)
   redis.call('EXPIRE', k.req, settled_ttl)
   redis.call('EXPIRE', k.payload, settled_ttl)  -- a late answer is still validated
   -- The idempotency index lasts as long as the request: the same key asked again
-  -- finds its settlement until both expire together, then asks anew.
-  redis.call('EXPIRE', k.idem, settled_ttl)
+  -- finds its settlement until both expire together, then asks anew. (An ask without
+  -- a key declares the index's bare prefix, `{p}:idem:`, never written.)
+  if string.sub(k.idem, -1) ~= ':' then redis.call('EXPIRE', k.idem, settled_ttl) end
   redis.call('DEL', k.timeout_body)
   redis.call('SET', k.reply, body, 'EX', settled_ttl)
   redis.call('RPUSH', k.inbox, request_id .. ' ' .. body)
@@ -261,12 +318,16 @@ end
 
 -- Everyone at the current tier declined or released: offer to the next tier, or fail.
 -- Checks before writing; returns nil when a needed stream was not declared.
-local function plan_fall_through(req, groups_key, live_key)
-  local tier = tonumber(redis.call('HGET', req, 'tier'))
+-- k = {req, groups, live, group_info, payload}
+local function plan_fall_through(k)
+  local tier = tonumber(redis.call('HGET', k.req, 'tier'))
   local now = now_ms()
-  local priority, members = route(groups_key, live_key, tier, now)
+  local scope_of = scope_reader(function()
+    return redis.call('GET', k.payload) or redis.call('HGET', k.req, 'payload')
+  end)
+  local priority, members, infos = route(k, tier, now, scope_of)
   if priority ~= nil and not tier_stream(priority) then return nil end
-  return {priority = priority, members = members, now = now}
+  return {priority = priority, members = members, infos = infos, now = now}
 end
 
 -- `shown`: a group of the tier held a claim (it may show the question), so its
@@ -278,7 +339,7 @@ local function fall_through(k, request_id, plan, shown)
     return 'FAILED'
   end
   end_offer(k, request_id)
-  offer_to(k, request_id, plan.priority, plan.members, plan.now)
+  offer_to(k, request_id, plan.priority, plan.members, plan.now, {info = plan.infos})
   if shown then
     announce(k, request_id, 'OFFERED', '', '', 'tier', plan.priority)
   end

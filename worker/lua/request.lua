@@ -1,7 +1,8 @@
 --@include common
 -- Shared by the per-request scripts: reading the request, and the guards and moves of
 -- its transitions. A script reads the keys and arguments it declared (K, A); the ones
--- used here are req and request_id, and, to move a request on, groups, live and the
+-- used here are req and request_id, and, to move a request on, groups, live, group_info,
+-- payload (the scope selectors read the request's scope) and the
 -- keys settle() writes (common.lua).
 
 local request_id = A.request_id
@@ -50,7 +51,7 @@ end
 -- stream was not declared. `note` writes the trail entry of the step that moved it,
 -- once it is sure to happen.
 local function move_on(shown, note)
-  local plan = plan_fall_through(K.req, K.groups, K.live)
+  local plan = plan_fall_through(K)
   if not plan then return nil end
   note()
   return fall_through(K, request_id, plan, shown)

@@ -1,0 +1,39 @@
+"""The event loop an `askq` command runs on: asyncio's, or uvloop's when
+`ASKQ_EVENT_LOOP=uvloop` (the 'uvloop' extra). Measured in docs/benchmarks.md ("Speed,
+issue 16"): the same asks cost 10-25 % less CPU on uvloop; askq itself is
+loop-agnostic, so a program that embeds it runs on whichever loop it chose."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from ._errors import AskError, ErrorCode
+
+T = TypeVar("T")
+
+
+def run_on_loop(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`, on uvloop when the setting asks for it. (Read here from
+    the environment, not through `Settings`, so that a malformed other setting is still
+    reported by the command itself, in its own words.)"""
+    choice = os.environ.get("ASKQ_EVENT_LOOP", "asyncio").strip().lower() or "asyncio"
+    if choice == "asyncio":
+        return asyncio.run(main)
+    if choice != "uvloop":
+        main.close()
+        raise AskError(
+            ErrorCode.CONFIG_ERROR,
+            "settings: ASKQ_EVENT_LOOP: Input should be 'asyncio' or 'uvloop'",
+        )
+    try:
+        import uvloop
+    except ImportError:
+        main.close()
+        raise AskError(
+            ErrorCode.CONFIG_ERROR,
+            "settings: ASKQ_EVENT_LOOP=uvloop needs uvloop: pip install 'askq[uvloop]'",
+        ) from None
+    return uvloop.run(main)

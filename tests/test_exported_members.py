@@ -51,6 +51,7 @@ EXPORTED = [
     "input_schema_json",
     "parse_answers",
     "parse_input",
+    "parse_selector",
     "quoted",
     "scope_matches",
     "serve_metrics",

@@ -23,6 +23,7 @@ from ._models import (
     Status,
     parse_answers,
     parse_input,
+    parse_selector,
     scope_matches,
 )
 from ._recent import RecentSettlement
@@ -80,6 +81,7 @@ __all__ = [
     "input_schema_json",
     "parse_answers",
     "parse_input",
+    "parse_selector",
     "quoted",
     "scope_matches",
     "visible",

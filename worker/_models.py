@@ -262,6 +262,24 @@ def scope_matches(selector: dict[str, str], scope: dict[str, str]) -> bool:
     )
 
 
+def parse_selector(key: str, where: str) -> dict[str, str]:
+    """A route's key as a channel's routes setting writes it — `"*"` (every scope) or
+    `key=pattern[,key=pattern...]` — as the selector `scope_matches` takes; a malformed
+    one is a CONFIG_ERROR naming `where` (the setting and the key)."""
+    if key == "*":
+        return {}
+    selector: dict[str, str] = {}
+    for pair in key.split(","):
+        name, sep, pattern = pair.strip().partition("=")
+        if not sep or not name.strip() or not pattern.strip():
+            raise AskError(
+                ErrorCode.CONFIG_ERROR,
+                f'{where}: a key is "*" or key=pattern[,key=pattern...]',
+            )
+        selector[name.strip()] = pattern.strip()
+    return selector
+
+
 def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 

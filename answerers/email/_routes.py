@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from askq import AskError, ErrorCode, scope_matches
+from askq import AskError, ErrorCode, parse_selector, scope_matches
 
 ROUTES_VAR = "ASKQ_EMAIL_ROUTES"
 ANYONE = "*"
@@ -89,20 +89,6 @@ def _addresses(raw: Any, where: str, *, domains: bool) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _selector(key: str) -> dict[str, str]:
-    if key == ANYONE:
-        return {}
-    selector: dict[str, str] = {}
-    for pair in key.split(","):
-        name, sep, pattern = pair.strip().partition("=")
-        if not sep or not name.strip() or not pattern.strip():
-            raise _config_error(
-                f'{ROUTES_VAR}[{key!r}]: a key is "{ANYONE}" or key=pattern[,key=pattern...]'
-            )
-        selector[name.strip()] = pattern.strip()
-    return selector
-
-
 def _route(key: str, value: Any) -> Route:
     where = f"{ROUTES_VAR}[{key!r}]"
     if isinstance(value, str | list):
@@ -121,7 +107,7 @@ def _route(key: str, value: Any) -> Route:
             )
     else:
         allow = frozenset(to)
-    return Route(selector=_selector(key), to=to, allow=allow)
+    return Route(selector=parse_selector(key, where), to=to, allow=allow)
 
 
 def parse_routes(text: str) -> Routes:

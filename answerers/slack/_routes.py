@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from askq import AskError, ErrorCode, scope_matches
+from askq import AskError, ErrorCode, parse_selector, scope_matches
 
 ROUTES_VAR = "ASKQ_SLACK_ROUTES"
 ALLOWLIST_VAR = "ASKQ_SLACK_ALLOWLIST"
@@ -71,20 +71,6 @@ def parse_allowlist(raw: Any, where: str) -> frozenset[str]:
     return frozenset(items)
 
 
-def _selector(key: str) -> dict[str, str]:
-    if key == ANYONE:
-        return {}
-    selector: dict[str, str] = {}
-    for pair in key.split(","):
-        name, sep, pattern = pair.strip().partition("=")
-        if not sep or not name.strip() or not pattern.strip():
-            raise _config_error(
-                f'{ROUTES_VAR}[{key!r}]: a key is "{ANYONE}" or key=pattern[,key=pattern...]'
-            )
-        selector[name.strip()] = pattern.strip()
-    return selector
-
-
 def _route(key: str, value: Any, default_allow: frozenset[str] | None) -> Route:
     where = f"{ROUTES_VAR}[{key!r}]"
     if isinstance(value, str):
@@ -110,7 +96,7 @@ def _route(key: str, value: Any, default_allow: frozenset[str] | None) -> Route:
             f'{where}: nobody may answer in {channel}; give "allow": [user ids] or set'
             f' {ALLOWLIST_VAR} (user ids, or "{ANYONE}" for anyone who sees the message)'
         )
-    return Route(selector=_selector(key), channel=channel, allow=allow)
+    return Route(selector=parse_selector(key, where), channel=channel, allow=allow)
 
 
 def parse_routes(routes_text: str, allowlist_text: str) -> Routes:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from askq import AskError, ErrorCode, scope_matches
+from askq import AskError, ErrorCode, parse_selector, scope_matches
 
 ROUTES_VAR = "ASKQ_WEB_ROUTES"
 ALLOWLIST_VAR = "ASKQ_WEB_ALLOWLIST"
@@ -67,20 +67,6 @@ def parse_users_list(raw: Any, where: str) -> frozenset[str]:
     return frozenset(items)
 
 
-def _selector(key: str) -> dict[str, str]:
-    if key == ANYONE:
-        return {}
-    selector: dict[str, str] = {}
-    for pair in key.split(","):
-        name, sep, pattern = pair.strip().partition("=")
-        if not sep or not name.strip() or not pattern.strip():
-            raise _config_error(
-                f'{ROUTES_VAR}[{key!r}]: a key is "{ANYONE}" or key=pattern[,key=pattern...]'
-            )
-        selector[name.strip()] = pattern.strip()
-    return selector
-
-
 def parse_access(routes_text: str, allowlist_text: str) -> Access:
     """Read the two settings; every problem is a CONFIG_ERROR naming the variable."""
     text = allowlist_text.strip() or ANYONE
@@ -107,5 +93,5 @@ def parse_access(routes_text: str, allowlist_text: str) -> Access:
         )
         if not allow:
             raise _config_error(f"{ROUTES_VAR}[{key!r}]: nobody may answer there")
-        routes.append(AccessRoute(_selector(key), allow))
+        routes.append(AccessRoute(parse_selector(key, f"{ROUTES_VAR}[{key!r}]"), allow))
     return Access(tuple(routes))

@@ -173,15 +173,15 @@ async def _failover_under_load(
     workers = [
         await procs.worker(  # type: ignore[arg-type]
             sentinels, f"w{i}", "--group", "humans", "--mode", "answer", "--delay", "2",
-            consumer_ttl=30.0,
+            consumer_ttl=30.0, caller_ttl=30.0,
         )
         for i in (1, 2)
     ]  # fmt: skip
-    await procs.sweeper(sentinels, "sweeper", consumer_ttl=30.0)  # type: ignore[arg-type]
+    await procs.sweeper(sentinels, "sweeper", consumer_ttl=30.0, caller_ttl=30.0)  # type: ignore[arg-type]
     caller = procs.start(
         "caller",
         [*FAULT_CALLER, "-n", str(n), "--spread", "4", "--key-prefix", "load"],
-        environ(sentinels, consumer_ttl=30.0),  # type: ignore[arg-type]
+        environ(sentinels, consumer_ttl=30.0, caller_ttl=30.0),  # type: ignore[arg-type]
     )
     await eventually(
         lambda: sum(len(presented(w)) for w in workers) >= n // 3, 30, "load in flight"

@@ -42,11 +42,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.crc import key_slot
 
 from askq import AskError, Caller, ErrorCode, Seam, Settings, Settlement
 
 from . import _procs
 from ._common import QUESTION, fmt_s, key_pattern
+from ._redis_cluster import RedisCluster
 from ._redis_server import RedisServer
 
 PREFIX = "soak"
@@ -85,6 +87,7 @@ class Run:
     settled_ttl: int
     kill_every: tuple[float, float]
     seed: int
+    cluster: bool = False  # on a local Redis Cluster (three masters, three replicas)
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -285,14 +288,28 @@ async def key_kinds(r: aioredis.Redis) -> Counter[str]:
     return kinds
 
 
+def every_node(server: RedisServer | RedisCluster, r: aioredis.Redis) -> list[aioredis.Redis]:
+    """The server, or every master of the cluster (nothing may be left on any)."""
+    if not isinstance(server, RedisCluster):
+        return [r]
+    return [
+        aioredis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+        for port in server.master_ports()
+    ]
+
+
 async def soak(run: Run) -> int:
     random.seed(run.seed)
     kinds = random.choices(list(KINDS), weights=list(KINDS.values()), k=run.n)
     tally = Tally()
     started = time.monotonic()
-    with RedisServer() as server:
+    with RedisCluster() if run.cluster else RedisServer() as server:
         url = server.url
-        r = aioredis.Redis.from_url(url, decode_responses=True)
+        if isinstance(server, RedisCluster):  # every key of the prefix is on one master
+            port = server.master_of(key_slot(("{" + PREFIX + "}").encode()))
+            r = aioredis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+        else:
+            r = aioredis.Redis.from_url(url, decode_responses=True)
         slots = [Slot(tier, i) for tier in range(3) for i in range(REPLICAS)]
         try:
             for slot in slots:
@@ -369,7 +386,10 @@ async def soak(run: Run) -> int:
                     break
                 await asyncio.sleep(0.5)
             waited = time.monotonic() - expiry_started
-            other = [k async for k in r.scan_iter(count=1000) if not k.startswith("{" + PREFIX)]
+            mine = "{" + PREFIX + "}"
+            other = []
+            for node in every_node(server, r):
+                other += [k async for k in node.scan_iter(count=1000) if not k.startswith(mine)]
             tier_info = []
             for priority in sorted({int(p) for p in (await r.hgetall(keys.groups)).values()}):
                 stream = keys.tier(priority)
@@ -381,6 +401,11 @@ async def soak(run: Run) -> int:
                     f" {consumers} consumers"
                 )
             events_len = await r.xlen(keys.events)
+            # arq's keys, under the prefix: each expires (in-progress marks, cron ids)
+            arq_keys = [k async for k in r.scan_iter(match=keys.base + ":arq:*", count=1000)]
+            arq_forever = [
+                k for k in arq_keys if await r.ttl(k) == -1 and await r.type(k) != "zset"
+            ]
         finally:
             _procs.stop_all()
             await r.aclose()
@@ -423,6 +448,7 @@ async def soak(run: Run) -> int:
         + ", ".join(f"{k} {n}" for k, n in persistent.items())
     )
     print(f"{'':<{w}}{'; '.join(tier_info)}; events {events_len:,} entries")
+    print(f"{'':<{w}}arq {len(arq_keys)}, without a TTL {len(arq_forever)} {arq_forever[:3]}")
     print(f"{'keys outside the prefix':<{w}}{len(other)} {sorted(other)[:5]}")
     print(f"{'total':<{w}}{fmt_s(time.monotonic() - started)}")
     bad = lost or twice or differ or per_request_left or callers_left
@@ -435,6 +461,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the CI run: short TTLs and waits")
     parser.add_argument("--concurrency", type=int, default=None)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--cluster", action="store_true", help="on a local Redis Cluster (3 masters, 3 replicas)"
+    )
     args = parser.parse_args()
     run = Run(
         n=args.n,
@@ -443,6 +472,7 @@ def main() -> None:
         settled_ttl=2 if args.quick else 5,
         kill_every=(0.2, 0.6) if args.quick else (0.5, 2.0),
         seed=args.seed if args.seed is not None else random.randrange(1 << 30),
+        cluster=args.cluster,
     )
     sys.exit(asyncio.run(soak(run)))
 

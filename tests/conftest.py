@@ -1,4 +1,7 @@
 """Every test runs twice: against fakeredis (speed) and the real Redis server (truth).
+Tests marked `cluster` (routing, scripts, streams, arq) run a third time against a
+Redis Cluster the session starts (three masters, three replicas on loopback:
+`bench/_redis_cluster.py`): the deployment's shape is the `backend` parameter.
 
 fakeredis is served over TCP (TcpFakeServer, in a thread) so worker subprocesses can
 reach it too; each test gets its own key prefix, so tests never see each other's keys.
@@ -10,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import subprocess
 import sys
 import threading
 import uuid
@@ -57,7 +61,15 @@ class Backend:
         env.update(extra)
         return env
 
-    def sync_client(self) -> redis.Redis:
+    @property
+    def cluster(self) -> bool:
+        return self.url.startswith("redis+cluster://")
+
+    def sync_client(self) -> Any:
+        """A plain client, or on a cluster the one of the master holding the prefix's
+        slot (every key of a deployment is there)."""
+        if self.cluster:
+            return cluster_node_client(self.url, self.prefix)
         return redis.Redis.from_url(self.url, decode_responses=True)
 
     def keys(self) -> list[str]:
@@ -66,6 +78,19 @@ class Backend:
             return sorted(client.scan_iter(match="{" + self.prefix + "}:*", count=1000))
         finally:
             client.close()
+
+
+def cluster_node_client(url: str, tag: str) -> redis.Redis:
+    from redis.crc import key_slot
+
+    slot = key_slot(("{" + tag + "}").encode())
+    seed = url.removeprefix("redis+cluster://").split(",")[0]
+    host, _, port = seed.rpartition(":")
+    with redis.Redis(host=host, port=int(port), decode_responses=True) as client:
+        for start, end, master, *_ in client.execute_command("CLUSTER", "SLOTS"):
+            if int(start) <= slot <= int(end):
+                return redis.Redis(host=master[0], port=int(master[1]), decode_responses=True)
+    raise RuntimeError(f"no master owns slot {slot}")
 
 
 def _free_port() -> int:
@@ -126,7 +151,43 @@ def real_url() -> str:
     return REAL_URL
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(scope="session")
+def cluster_url() -> Iterator[str]:
+    """A Redis Cluster for the session (three masters, three replicas), if this machine
+    has redis-server and redis-cli (CI installs them)."""
+    from bench._redis_cluster import RedisCluster
+
+    try:
+        cluster = RedisCluster().start()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"no Redis Cluster: {exc}")
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
+CLUSTER_SHAPES = ("cluster",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The cluster shapes of `backend` run only for tests marked `cluster`; for the
+    others they are deselected (not skipped)."""
+    keep, drop = [], []
+    for item in items:
+        shape = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
+        if shape in CLUSTER_SHAPES and item.get_closest_marker("cluster") is None:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(params=["fake", "real", *CLUSTER_SHAPES])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     url = request.getfixturevalue(f"{request.param}_url")
     b = Backend(request.param, url, f"t{uuid.uuid4().hex[:12]}")

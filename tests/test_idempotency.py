@@ -12,6 +12,8 @@ from askq import AskError, Caller, ErrorCode, Seam
 from askq._sweeper import Sweeper
 from askq.answerers.memory import MemoryAnswerer
 
+pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
+
 
 def caller(turn: str = "t1") -> Caller:
     return Caller(agent_id="agent", turn_id=turn)

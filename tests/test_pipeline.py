@@ -15,9 +15,12 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import ResponseError
 
 from askq import Caller, Seam
-from askq._connections import _HiredisPacking, _with_hiredis_packing
+from askq._cluster import is_cluster_url
+from askq._connections import _HiredisPacking, _with_hiredis_packing, command_client
 from askq._pipeline import ScriptPipeline
 from askq.answerers.memory import MemoryAnswerer
+
+pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
 
 # Appends its argument to a list and returns the list's new length; fails on "boom".
 APPEND = """
@@ -44,7 +47,7 @@ class Log:
 
 @pytest.fixture
 async def log(backend: Backend) -> AsyncIterator[Log]:
-    client = Redis.from_url(backend.url, decode_responses=True)
+    client = command_client(None, backend.settings())  # on a cluster, the cluster client
     yield Log(client, backend.prefix)
     await client.aclose()
 
@@ -143,9 +146,17 @@ def test_hiredis_packs_what_redis_py_would(command: tuple[object, ...]) -> None:
     )
 
 
+def backend_is_cluster(seam: Seam) -> bool:
+    return is_cluster_url(seam.settings.redis_url)
+
+
 async def test_a_seam_talks_through_hiredis_packing(seam: Seam) -> None:
     await seam.ping()
-    assert issubclass(seam.redis.connection_pool.connection_class, _HiredisPacking)
+    if backend_is_cluster(seam):  # the class its nodes' connections are made of
+        cls = seam.redis.connection_kwargs["connection_class"]
+    else:
+        cls = seam.redis.connection_pool.connection_class
+    assert issubclass(cls, _HiredisPacking)
     assert issubclass(seam.blocking_connection().connection_pool.connection_class, _HiredisPacking)
 
 

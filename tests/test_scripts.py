@@ -18,6 +18,8 @@ from askq._lua import INCLUDES, _raw, load, names
 from askq._scripts import NAMES
 from askq.answerers.memory import MemoryAnswerer
 
+pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
+
 
 def test_every_lua_file_is_a_script_of_the_runner() -> None:
     assert sorted(names()) == sorted(NAMES)

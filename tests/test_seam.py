@@ -12,6 +12,8 @@ from conftest import NO, NO_JSON, SEED, YES, YES_JSON, Backend, running
 from askq import AskError, AskUserQuestionTool, Caller, ErrorCode, Seam, Settlement, SyncSeam
 from askq.answerers.memory import MemoryAnswerer
 
+pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
+
 CALLER = Caller(agent_id="agent-1", turn_id="turn-1")
 
 

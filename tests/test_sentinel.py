@@ -39,10 +39,10 @@ from test_faults import (
 )
 
 from askq import AskError, Caller, ErrorCode, Seam, Settings
-from askq._arq import redis_settings
+from askq._arq import arq_client
 from askq._connections import NotConnected, check_redis_url, command_client, redacted
 from askq._metrics import RedisCollector
-from askq._sentinel import parse_sentinel_url
+from askq._sentinel import BlockingSentinelPool, parse_sentinel_url
 from bench._redis_server import redis_server_binary
 
 __all__ = ["procs"]  # the fixture, used by name
@@ -64,9 +64,16 @@ def test_sentinel_url_names_sentinels_service_database_and_credentials() -> None
     assert (target.username, target.password) == ("al@ice", "s3cr/t")
     bare = parse_sentinel_url("redis+sentinel://secret@h:1/svc")
     assert (bare.username, bare.password, bare.db) == (None, "secret", 0)
-    arq = redis_settings(Settings(redis_url="redis+sentinel://:pw@h:1,g:2/svc/2"))
-    assert (arq.sentinel, arq.sentinel_master, arq.host) == (True, "svc", [("h", 1), ("g", 2)])
-    assert (arq.database, arq.password) == (2, "pw")
+    # arq's client goes through the same sentinels to the same master and database.
+    arq = arq_client(Settings(redis_url="redis+sentinel://:pw@h:1,g:2/svc/2"), "q")
+    pool = arq.connection_pool
+    assert isinstance(pool, BlockingSentinelPool) and pool.service_name == "svc"
+    sentinels = [
+        (c.connection_pool.connection_kwargs["host"], c.connection_pool.connection_kwargs["port"])
+        for c in pool.sentinel_manager.sentinels
+    ]
+    assert sentinels == [("h", 1), ("g", 2)]
+    assert (pool.connection_kwargs["db"], pool.connection_kwargs["password"]) == (2, "pw")
     assert "pw" not in redacted("redis+sentinel://u:pw@h:1,g:2/svc/2")
 
 

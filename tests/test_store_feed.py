@@ -11,6 +11,8 @@ from conftest import Backend
 
 from askq import ChannelStore, Seam
 
+pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
+
 
 @pytest.fixture
 async def seam(backend: Backend) -> AsyncIterator[Seam]:
@@ -19,7 +21,7 @@ async def seam(backend: Backend) -> AsyncIterator[Seam]:
 
 
 def _store(seam: Seam) -> ChannelStore:
-    return ChannelStore(seam.redis, seam.keys.base, "feedtest", seam.settings)
+    return ChannelStore(seam.single_node, seam.keys.base, "feedtest", seam.settings)
 
 
 async def _until(events: list[tuple[str, dict[str, str]]], n: int) -> None:

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from arq.worker import Worker
 from conftest import SEED, YES, YES_JSON, Backend, running
 
@@ -14,6 +15,8 @@ from askq import AskError, Caller, ErrorCode, RetryLater, Seam
 from askq._arq import close_worker
 from askq._sweeper import worker_settings
 from askq.answerers.memory import MemoryAnswerer
+
+pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
 
 
 def caller(turn: str = "t1") -> Caller:

@@ -3,6 +3,14 @@ the key prefix, poll delay from the settings, no signal handlers of its own.
 
 arq runs what may poll: the sweeper's maintenance rounds and the channels' retried
 sends. Nothing on the ask -> answer path waits on it.
+
+arq's own keys have a prefix fixed in `arq.constants` (`arq:job:<id>`, `arq:in-progress:`,
+`arq:result:`, `arq:retry:`, the `arq:abort` zset): outside the deployment's prefix, so
+left behind by a cleanup of it, and outside its hash tag, so on a Redis Cluster arq's
+MULTI (a job key and the queue, or `arq:abort` beside them) would span slots. The
+connections arq is given write them under the prefix instead (`{p}:arq:job:<id>`, ...),
+and on a cluster they are plain connections to the master owning the prefix's slot
+(`pinned_client`), so arq's WATCH and MULTI run as on a single Redis.
 """
 
 from __future__ import annotations
@@ -14,13 +22,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from arq.connections import ArqRedis, RedisSettings, create_pool
+from arq.connections import ArqRedis
 from arq.worker import Function, Worker
 from redis.exceptions import ResponseError
 
 from ._blocking import raise_if_cancelled
-from ._connections import CONNECTION_ERRORS
-from ._sentinel import arq_redis_settings, failover_reply, is_sentinel_url
+from ._connections import CONNECTION_ERRORS, pinned_client
+from ._keys import Keys
+from ._sentinel import failover_reply
 from ._settings import Settings
 
 log = logging.getLogger("askq.arq")
@@ -35,27 +44,58 @@ def loads(raw: bytes) -> Any:
     return json.loads(raw)
 
 
-def redis_settings(settings: Settings) -> RedisSettings:
-    if is_sentinel_url(settings.redis_url):  # Sentinel: _sentinel.py
-        sentinel: RedisSettings = arq_redis_settings(settings.redis_url)
-        return sentinel
-    return RedisSettings.from_dsn(settings.redis_url)
+# arq.constants' key prefixes (`arq:abort` is a whole key).
+ARQ_KEYS = ("arq:job:", "arq:in-progress:", "arq:result:", "arq:retry:", "arq:abort")
+_ARQ_KEYS_B = tuple(key.encode() for key in ARQ_KEYS)
+
+
+class _ArqKeysUnderPrefix:
+    """Mixed into arq's connection class: every argument that is one of arq's keys
+    goes out under the deployment's prefix (`arq_base`, `{p}:`). Nothing else arq sends
+    starts with `arq:` (payloads are JSON, job ids and queue names are askq's)."""
+
+    def __init__(self, *args: Any, arq_base: str, **kwargs: Any) -> None:
+        self._arq_base = arq_base
+        self._arq_base_b = arq_base.encode()
+        super().__init__(*args, **kwargs)
+
+    def pack_command(self, *args: Any) -> Any:
+        return super().pack_command(*map(self._under_prefix, args))  # type: ignore[misc]
+
+    def _under_prefix(self, arg: Any) -> Any:
+        if isinstance(arg, str) and arg.startswith(ARQ_KEYS):
+            return self._arq_base + arg
+        if isinstance(arg, bytes) and arg.startswith(_ARQ_KEYS_B):
+            return self._arq_base_b + arg
+        return arg
+
+
+def arq_client(settings: Settings, queue: str) -> ArqRedis:
+    """arq's client: JSON jobs, its keys under the prefix, one server (see above)."""
+    client: ArqRedis = pinned_client(
+        None,
+        settings,
+        None,
+        client_class=ArqRedis,
+        mixin=_ArqKeysUnderPrefix,
+        arq_base=Keys(settings.prefix).base + ":",
+        decode_responses=False,  # arq reads bytes
+    )
+    client.job_serializer = dumps
+    client.job_deserializer = loads
+    client.default_queue_name = queue
+    return client
 
 
 async def arq_pool(settings: Settings, queue: str) -> ArqRedis:
-    return await create_pool(
-        redis_settings(settings),
-        job_serializer=dumps,
-        job_deserializer=loads,
-        default_queue_name=queue,
-    )
+    return arq_client(settings, queue)
 
 
 def worker_options(settings: Settings, queue: str) -> dict[str, Any]:
     """What every askq arq worker is given: its queue, JSON jobs, the poll delay, and
     no results kept (nobody reads them)."""
     return {
-        "redis_settings": redis_settings(settings),
+        "redis_pool": arq_client(settings, queue),
         "queue_name": queue,
         "poll_delay": settings.poll_delay,
         "job_serializer": dumps,
@@ -86,6 +126,12 @@ async def close_worker(worker: Worker) -> None:
     """Stop an arq worker. Its close() cancels the jobs in flight and then re-raises
     their cancellation; a job cut short stays queued and runs again, so that is not
     an error of the caller's."""
+    # The poll loop first, and wait for it: close() cancels it but does not wait, and
+    # a poll still running when close() has dropped the pool fails on a pool of None.
+    main: asyncio.Task[None] | None = getattr(worker, "main_task", None)
+    if main is not None and not main.done():
+        main.cancel()
+        await asyncio.wait({main}, timeout=5)
     with contextlib.suppress(asyncio.CancelledError):
         await worker.close()
 

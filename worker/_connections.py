@@ -1,5 +1,7 @@
 """Connections: one bounded pool per process for commands, plus one dedicated
-connection per blocking loop.
+connection per blocking loop. On a Redis Cluster (`redis+cluster://`, `_cluster.py`)
+the command client is redis-py's cluster client, bounded the same way, and a blocking
+loop's connection is pinned to the master that owns the deployment's slot.
 
 Why bounded: 10,000 asks pending in one process must not mean 10,000 connections. A
 pending ask holds no connection at all (it waits on a future the reply waiter
@@ -12,16 +14,17 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import hiredis
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
-from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from . import _cluster
 from ._errors import AskError, ErrorCode
 from ._sentinel import is_sentinel_url, parse_sentinel_url, sentinel_client
 from ._settings import Settings
@@ -80,6 +83,8 @@ def _with_hiredis_packing(cls: type[AbstractConnection]) -> type[AbstractConnect
 def _base_kwargs(
     source: Redis | None, settings: Settings, name: str | None
 ) -> tuple[type, dict[str, Any]]:
+    if _cluster.is_cluster_url(settings.redis_url):
+        return _cluster_kwargs(settings, name)
     if source is None:
         template = ConnectionPool.from_url(settings.redis_url)
         cls, kwargs = template.connection_class, dict(template.connection_kwargs)
@@ -98,17 +103,44 @@ def _base_kwargs(
     return cls, kwargs
 
 
+def _cluster_kwargs(settings: Settings, name: str | None) -> tuple[type, dict[str, Any]]:
+    url = _cluster.ClusterUrl.parse(settings.redis_url)
+    cls = _with_hiredis_packing(SSLConnection if url.tls else Connection)
+    kwargs: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_connect_timeout": settings.socket_timeout,
+    }
+    if name:
+        kwargs["client_name"] = name
+    return cls, kwargs
+
+
 def command_client(source: Redis | None, settings: Settings, name: str | None = None) -> Redis:
     """The process's command client: at most `max_connections` connections."""
     if source is None and is_sentinel_url(settings.redis_url):  # Sentinel: _sentinel.py
-        return sentinel_client(
+        client: Redis = sentinel_client(
             settings,
             name,
             max_connections=settings.max_connections,
             socket_timeout=settings.socket_timeout,
         )
+        return client
     cls, kwargs = _base_kwargs(source, settings, name)
     kwargs["socket_timeout"] = settings.socket_timeout
+    if _cluster.is_cluster_url(settings.redis_url):
+        # Typed as the single-Redis client it stands in for: askq calls on it only
+        # commands both have (keyed commands, scripts, pipelines without MULTI).
+        return cast(
+            Redis,
+            _cluster.cluster_client(
+                _cluster.ClusterUrl.parse(settings.redis_url),
+                connection_class=cls,
+                not_connected=NotConnected,
+                retry_seconds=settings.cluster_retry_seconds,
+                max_connections=settings.max_connections,
+                **kwargs,
+            ),
+        )
     pool = BlockingConnectionPool(
         connection_class=cls, max_connections=settings.max_connections, timeout=None, **kwargs
     )
@@ -121,17 +153,84 @@ def blocking_client(source: Redis | None, settings: Settings, name: str | None =
     Its socket timeout exceeds the block time, so a long block is not mistaken for a
     dead server, while a dead server is still noticed within one block period.
     """
+    timeout = settings.block_seconds + settings.socket_timeout
+    client: Redis = _single_node(source, settings, name, timeout, 1)
+    return client
+
+
+def pinned_client(
+    source: Redis | None,
+    settings: Settings,
+    name: str | None = None,
+    *,
+    client_class: type[Redis] = Redis,
+    mixin: type | None = None,
+    **extra: Any,
+) -> Any:
+    """A bounded client of plain connections to the one server holding the deployment's
+    keys, for what needs WATCH and MULTI (arq's queue, a channel's `once`): on a
+    cluster, the master owning the prefix's slot; on a single Redis, that Redis.
+    `mixin` goes in front of the connection class (with `extra` as its kwargs)."""
+    return _single_node(
+        source,
+        settings,
+        name,
+        settings.socket_timeout,
+        settings.max_connections,
+        client_class=client_class,
+        mixin=mixin,
+        **extra,
+    )
+
+
+def _single_node(
+    source: Redis | None,
+    settings: Settings,
+    name: str | None,
+    timeout: float,
+    size: int,
+    *,
+    client_class: type[Redis] = Redis,
+    mixin: type | None = None,
+    **extra: Any,
+) -> Any:
     if source is None and is_sentinel_url(settings.redis_url):  # Sentinel: _sentinel.py
         return sentinel_client(
             settings,
             name,
-            max_connections=1,
-            socket_timeout=settings.block_seconds + settings.socket_timeout,
+            max_connections=size,
+            socket_timeout=timeout,
+            client_class=client_class,
+            mixin=mixin,
+            **extra,
         )
     cls, kwargs = _base_kwargs(source, settings, name)
-    kwargs["socket_timeout"] = settings.block_seconds + settings.socket_timeout
-    pool = BlockingConnectionPool(connection_class=cls, max_connections=1, timeout=None, **kwargs)
-    return Redis(connection_pool=pool)
+    if mixin is not None:
+        cls = _mixed(mixin, cls)
+    kwargs.update(extra)
+    kwargs["socket_timeout"] = timeout
+    if _cluster.is_cluster_url(settings.redis_url):
+        pool: ConnectionPool = _cluster.pinned_pool(
+            _cluster.ClusterUrl.parse(settings.redis_url),
+            settings.prefix,
+            connection_class=cls,
+            max_connections=size,
+            **kwargs,
+        )
+    else:
+        pool = BlockingConnectionPool(
+            connection_class=cls, max_connections=size, timeout=None, **kwargs
+        )
+    return client_class(connection_pool=pool)
+
+
+_MIXED: dict[tuple[type, type], type] = {}
+
+
+def _mixed(mixin: type, cls: type) -> type:
+    if (mixin, cls) not in _MIXED:
+        _MIXED[(mixin, cls)] = type(f"{mixin.__name__.strip('_')}{cls.__name__}", (mixin, cls), {})
+    return _MIXED[(mixin, cls)]
 
 
 def check_redis_url(url: str) -> None:
@@ -142,6 +241,12 @@ def check_redis_url(url: str) -> None:
         parse_sentinel_url(url)
         return
     where = f"Redis URL {redacted(url)}"
+    if _cluster.is_cluster_url(url):
+        try:
+            _cluster.ClusterUrl.parse(url)
+        except ValueError as exc:
+            raise AskError(ErrorCode.CONFIG_ERROR, f"{where}: {exc}") from None
+        return
     try:
         ConnectionPool.from_url(url)
         parts = urlsplit(url)

@@ -34,7 +34,7 @@ touch any of them atomically (as bullmq does with `bull:{queue}:`).
 | {p}:alive:<process>        | string | a caller process's heartbeat; TTL                   |
 | {p}:asked:<process>        | set    | the pending asks of a caller process                |
 | {p}:arq:<queue>            | zset   | arq queues: sends:<group>, sweeper (arq's own keys  |
-|                            |        | are `arq:job:*`, `arq:in-progress:*`, outside the tag) |
+|                            |        | go under the prefix too: {p}:arq:job:<id>, _arq.py) |
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ import logging
 import time
 from typing import Any
 
+from ._cluster import ClusterUrl, is_cluster_url, sync_master_client
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
 from ._sentinel import is_sentinel_url, sync_sentinel_client
@@ -183,13 +184,19 @@ class RedisCollector:
         if self._redis is None:
             import redis
 
-            self._redis = redis.Redis.from_url(
-                self.settings.redis_url,
-                decode_responses=True,
-                socket_timeout=self.settings.socket_timeout,
-                socket_connect_timeout=self.settings.socket_timeout,
-                client_name=f"askq-metrics-{id(self):x}",
-            )
+            options: dict[str, Any] = {
+                "decode_responses": True,
+                "socket_timeout": self.settings.socket_timeout,
+                "socket_connect_timeout": self.settings.socket_timeout,
+                "client_name": f"askq-metrics-{id(self):x}",
+            }
+            url = self.settings.redis_url
+            if is_cluster_url(url):  # the master holding the deployment's keys, now
+                self._redis = sync_master_client(
+                    ClusterUrl.parse(url), self.settings.prefix, **options
+                )
+            else:
+                self._redis = redis.Redis.from_url(url, **options)
         return self._redis
 
     def collect(self) -> Any:
@@ -200,6 +207,8 @@ class RedisCollector:
             families = self._read()
         except Exception as exc:  # noqa: BLE001 - a scrape must answer, Redis or not
             log.warning("metrics: cannot read Redis: %s", exc)
+            if is_cluster_url(self.settings.redis_url):
+                self._redis = None  # the next scrape asks which master holds the keys
             up.add_metric([], 0)
             yield up
             return

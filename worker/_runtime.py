@@ -186,7 +186,7 @@ class AnswererRuntime:
             group,
             answering=_CountedAnswering(seam.answering, self),
             requests=seam.requests,
-            store=ChannelStore(seam.redis, seam.keys.base, answerer.kind, settings),
+            store=ChannelStore(seam.single_node, seam.keys.base, answerer.kind, settings),
             priority=self.priority,
             take=self.shown.take,
             restore=self.shown.show,

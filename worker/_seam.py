@@ -26,7 +26,14 @@ from redis.asyncio import Redis
 from ._answering import Answering
 from ._asking import Asking, build_request, idempotency_digest
 from ._checks import check_text
-from ._connections import blocking_client, command_client, redis_errors, server_ms
+from ._cluster import is_cluster_url
+from ._connections import (
+    blocking_client,
+    command_client,
+    pinned_client,
+    redis_errors,
+    server_ms,
+)
 from ._errors import ErrorCode
 from ._keys import Keys
 from ._models import (
@@ -69,6 +76,7 @@ class Seam:
         self.process_id = uuid.uuid4().hex
         self.client_name = f"askq-{self.process_id[:12]}"
         self.redis = command_client(redis, self.settings, self.client_name)
+        self._single_node: Redis | None = None
         self.requests = Requests(self.redis, self.keys, self.settings)
         self.scripts = Scripts(self.redis, self.keys, self.settings, self.requests)
         self.asking = Asking(
@@ -87,6 +95,17 @@ class Seam:
         """A new single-connection client for one blocking loop."""
         return blocking_client(self._source, self.settings, self.client_name)
 
+    @property
+    def single_node(self) -> Redis:
+        """A client for what needs WATCH and MULTI on the deployment's keys (a channel's
+        store): the command client on a single Redis; on a cluster, a bounded client of
+        the master that owns the prefix's slot (made once)."""
+        if not is_cluster_url(self.settings.redis_url):
+            return self.redis
+        if self._single_node is None:
+            self._single_node = pinned_client(self._source, self.settings, self.client_name)
+        return self._single_node
+
     async def __aenter__(self) -> Seam:
         await self.ping()
         return self
@@ -103,6 +122,8 @@ class Seam:
         with suppress(Exception):
             await self.scripts.pipeline.aclose()
         await self.redis.aclose(close_connection_pool=True)
+        if self._single_node is not None:
+            await self._single_node.aclose(close_connection_pool=True)
 
     # --- the agent side (asking) --------------------------------------------------------
 

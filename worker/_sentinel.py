@@ -156,11 +156,19 @@ def _manager(target: SentinelTarget, settings: Settings) -> Sentinel:
 
 
 def sentinel_client(
-    settings: Settings, name: str | None, *, max_connections: int, socket_timeout: float
-) -> Redis:
+    settings: Settings,
+    name: str | None,
+    *,
+    max_connections: int,
+    socket_timeout: float,
+    client_class: type[Redis] = Redis,
+    mixin: type | None = None,
+    **extra: Any,
+) -> Any:
     """A client of the service's master through the URL's sentinels: at most
-    `max_connections` connections, waiting for one when all are busy."""
-    from ._connections import _with_hiredis_packing
+    `max_connections` connections, waiting for one when all are busy. `client_class`,
+    `mixin` and `extra` as `_connections.pinned_client` takes them (arq's client)."""
+    from ._connections import _mixed, _with_hiredis_packing
 
     target = parse_sentinel_url(settings.redis_url)
     kwargs: dict[str, Any] = {
@@ -174,15 +182,19 @@ def sentinel_client(
     }
     if name:
         kwargs["client_name"] = name
+    kwargs.update(extra)
+    connection_class = _with_hiredis_packing(_SentinelMaster)
+    if mixin is not None:
+        connection_class = _mixed(mixin, connection_class)
     pool = BlockingSentinelPool(  # type: ignore[no-untyped-call]
         target.service,
         _manager(target, settings),
-        connection_class=_with_hiredis_packing(_SentinelMaster),
+        connection_class=connection_class,
         max_connections=max_connections,
         timeout=None,
         **kwargs,
     )
-    return Redis(connection_pool=pool)
+    return client_class(connection_pool=pool)
 
 
 def sync_sentinel_client(settings: Settings, name: str) -> Any:
@@ -202,19 +214,4 @@ def sync_sentinel_client(settings: Settings, name: str) -> Any:
         password=target.password,
         decode_responses=True,
         client_name=name,
-    )
-
-
-def arq_redis_settings(url: str) -> Any:
-    """arq's RedisSettings for the same master, through arq's own Sentinel support."""
-    from arq.connections import RedisSettings
-
-    target = parse_sentinel_url(url)
-    return RedisSettings(
-        host=list(target.sentinels),
-        sentinel=True,
-        sentinel_master=target.service,
-        database=target.db,
-        username=target.username,
-        password=target.password,
     )

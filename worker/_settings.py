@@ -35,6 +35,13 @@ class Settings(BaseSettings):
         " of the connection, not polling: a write wakes it at once).",
     )
     socket_timeout: float = Field(default=5.0, gt=0, description="For non-blocking commands.")
+    cluster_retry_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="On a Redis Cluster: how long a command that did not run (its master"
+        " unreachable or failing over, the cluster down) is tried again before it fails"
+        " REDIS_UNAVAILABLE. Allow for the cluster's node timeout and a promotion.",
+    )
     settled_ttl: int = Field(
         default=86400, ge=1, description="Seconds a settled request stays readable."
     )

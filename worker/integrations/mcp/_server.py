@@ -83,7 +83,7 @@ class AskServer:
         self.settings = settings or McpSettings.from_env()
         self.seam = seam
         self.tool = AskUserQuestionTool(seam, scope=self.settings.scope_labels)
-        store = ChannelStore(seam.redis, seam.keys.base, "mcp", seam.settings)
+        store = ChannelStore(seam.single_node, seam.keys.base, "mcp", seam.settings)
         self.blocking = BlockingCalls(self.tool, store, self.settings)
         self.handles = Handles(self.tool, self.settings) if self.settings.handle_mode else None
         # A stdio server process serves one connection: it is the session.

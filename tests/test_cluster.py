@@ -1,0 +1,251 @@
+"""Redis Cluster: the `redis+cluster://` URL, where a deployment's keys land (arq's
+too), and a master killed under load (its replica promoted): every ask ends answered
+once or with a clear error, none hangs, none is settled twice.
+
+The tests of the seam, the scripts, the pipeline, idempotency, the store and the
+sweeper also run on the session's cluster (`pytest.mark.cluster`, conftest.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from conftest import SEED, YES, YES_JSON, Backend, running
+from test_sweeper import Flaky
+
+from askq import AskError, Caller, ErrorCode, Seam, Settings
+from askq._cluster import ClusterUrl
+from askq._connections import check_redis_url, redacted
+from askq._sweeper import Sweeper
+from askq.answerers.memory import MemoryAnswerer
+
+
+def test_a_cluster_url_names_its_seed_nodes() -> None:
+    url = ClusterUrl.parse("redis+cluster://bob:s%3Acret@10.0.0.1:7000,10.0.0.2:7001/0")
+    assert url.nodes == (("10.0.0.1", 7000), ("10.0.0.2", 7001))
+    assert (url.username, url.password, url.tls) == ("bob", "s:cret", False)
+    assert ClusterUrl.parse("rediss+cluster://[::1]:7000").nodes == (("::1", 7000),)
+    assert ClusterUrl.parse("rediss+cluster://[::1]:7000").tls
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis+cluster://10.0.0.1", "expected host:port"),
+        ("redis+cluster://10.0.0.1:70000", "is not a port number"),
+        ("redis+cluster://10.0.0.1:7000/1", "only database 0"),
+        ("redis+cluster://10.0.0.1:7000?ssl_cert_reqs=none", "no query options"),
+        ("redis+cluster://:7000", "expected host:port"),
+    ],
+)
+def test_a_malformed_cluster_url_is_a_config_error_naming_it(url: str, says: str) -> None:
+    with pytest.raises(AskError) as caught:
+        check_redis_url(url)
+    assert caught.value.code is ErrorCode.CONFIG_ERROR and says in caught.value.message
+
+
+def test_a_cluster_urls_password_is_never_shown() -> None:
+    shown = redacted("redis+cluster://bob:hunter2@a:1,b:2")
+    assert "hunter2" not in shown and shown == "redis+cluster://bob:***@a:1,b:2"
+
+
+async def test_an_unreachable_cluster_fails_an_ask_at_once_as_never_sent() -> None:
+    """No seed answers: REDIS_UNAVAILABLE at once (as for a single Redis that is not
+    there), marked as never sent, not tried again for ASKQ_CLUSTER_RETRY_SECONDS."""
+    from askq._connections import NotConnected
+    from bench._redis_server import free_port
+
+    url = f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
+    seam = Seam(settings=Settings(redis_url=url, prefix="gone", cluster_retry_seconds=60))
+    try:
+        with pytest.raises(AskError) as caught:
+            await asyncio.wait_for(seam.ask(SEED, Caller(agent_id="a", turn_id="t")), 10)
+    finally:
+        await seam.aclose()
+    assert caught.value.code is ErrorCode.REDIS_UNAVAILABLE
+    assert isinstance(caught.value.__cause__, NotConnected)
+
+
+# --- on the session's cluster -----------------------------------------------------------
+
+
+@pytest.fixture
+def on_cluster(cluster_url: str) -> Iterator[Backend]:
+    import uuid
+
+    b = Backend("cluster", cluster_url, f"t{uuid.uuid4().hex[:12]}")
+    yield b
+    with contextlib.closing(b.sync_client()) as client:
+        keys = list(client.scan_iter(match="{" + b.prefix + "}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+
+
+def every_masters_keys(url: str) -> dict[int, list[str]]:
+    """Every key of every master of the cluster, by the master's port."""
+    seed = ClusterUrl.parse(url).nodes[0]
+    with redis.Redis(host=seed[0], port=seed[1], decode_responses=True) as client:
+        layout = client.execute_command("CLUSTER", "SLOTS")
+    keys = {}
+    for port in {int(master[1]) for _, _, master, *_ in layout}:
+        with redis.Redis(host=seed[0], port=port, decode_responses=True) as node:
+            keys[port] = list(node.scan_iter(count=1000))
+    return keys
+
+
+async def test_a_deployment_lives_in_its_slot_and_arq_under_its_prefix(on_cluster: Backend) -> None:
+    """A round trip through a channel's retried send (arq) with a sweeper's arq worker
+    running its rounds: every key the deployment wrote is on the master owning its
+    slot, under its prefix; no `arq:` key is left anywhere in the cluster."""
+    from arq.worker import Worker
+
+    from askq._arq import close_worker
+    from askq._sweeper import worker_settings
+
+    channel = Flaky(fail=1, retry_after=0.05)
+    sweeper = Worker(**worker_settings(on_cluster.settings(sweep_interval=1)), handle_signals=False)
+    sweeping = asyncio.create_task(sweeper.async_run())
+    try:
+        async with on_cluster.seam() as seam, running(seam, channel, "slack"):
+            task = asyncio.create_task(seam.ask(SEED, Caller(agent_id="a", turn_id="t")))
+            request_id = await asyncio.wait_for(channel.posted.get(), 15)
+            await channel.answer(request_id, YES)
+            assert (await task).to_json() == YES_JSON
+            await asyncio.sleep(1.5)  # a maintenance round or two
+    finally:
+        await close_worker(sweeper)
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeping
+    keys = every_masters_keys(on_cluster.url)
+    ours = {port: [k for k in found if on_cluster.prefix in k] for port, found in keys.items()}
+    holders = [port for port, found in ours.items() if found]
+    assert len(holders) == 1, ours  # one master: the one owning the prefix's slot
+    assert all(k.startswith("{" + on_cluster.prefix + "}:") for k in ours[holders[0]])
+    assert any(":arq:" in k for k in ours[holders[0]])  # arq ran here, under the prefix
+    assert [k for found in keys.values() for k in found if k.startswith("arq:")] == []
+
+
+# --- a master killed under load -----------------------------------------------------------
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[Any]:
+    """A cluster of the test's own: it loses a master."""
+    from bench._redis_cluster import RedisCluster
+
+    try:
+        cluster = RedisCluster().start()
+    except (RuntimeError, OSError) as exc:
+        import os
+
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"no Redis Cluster: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+async def test_a_master_killed_under_load_loses_hangs_and_double_settles_nothing(
+    own_cluster: Any,
+) -> None:
+    """Callers ask without pause, a replica answers each; the master owning the
+    deployment's slot is SIGKILLed and its replica promoted. Every ask the callers
+    started ends: answered (once), or with a clear error (the few in flight at the
+    kill); none hangs. Every published
+    request is still in Redis afterwards with one settlement at most (its audit trail
+    says so), and each answered ask got the settlement Redis kept."""
+    prefix = "fault"
+    settings = Settings(
+        redis_url=own_cluster.url,
+        prefix=prefix,
+        block_seconds=1.0,
+        socket_timeout=2.0,
+        cluster_retry_seconds=20.0,
+        consumer_ttl=15.0,
+        caller_ttl=30.0,
+    )
+    outcomes: Counter[str] = Counter()
+    answered: dict[str, str] = {}  # request id -> the settlement its caller got
+    published: list[str] = []
+    stop = asyncio.Event()
+
+    async def agent(seam: Seam, n: int) -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            ids: list[str] = []
+            caller = Caller(agent_id=f"agent-{n}", turn_id=f"turn-{n}-{i}")
+            try:
+                result = await asyncio.wait_for(
+                    seam.ask(SEED, caller, on_published=ids.append), timeout=45
+                )
+            except TimeoutError:
+                outcomes["hung"] += 1
+            except AskError as exc:
+                outcomes[f"error {exc.code.value}"] += 1
+            else:
+                outcomes["answered"] += 1
+                answered[ids[-1]] = result.to_json()
+            published.extend(ids)
+
+    async with (
+        Seam(settings=settings) as callers,
+        Seam(settings=settings) as workers,
+        running(workers, MemoryAnswerer(reply=lambda offer: YES), "rules"),
+    ):
+        sweeper = Sweeper(workers)
+        sweeper.start()
+        agents = [asyncio.create_task(agent(callers, n)) for n in range(8)]
+        try:
+            await asyncio.sleep(1.5)
+            before = outcomes["answered"]
+            killed_at = time.monotonic()
+            await asyncio.to_thread(own_cluster.kill_master, prefix)
+            failover_s = time.monotonic() - killed_at
+            await asyncio.sleep(3.0)  # asks go on against the promoted replica
+            stop.set()
+            await asyncio.wait_for(asyncio.gather(*agents), timeout=120)
+        finally:
+            stop.set()
+            for task in agents:
+                task.cancel()
+            await sweeper.aclose()
+
+        # What Redis kept: every published request, with at most one settlement.
+        after = outcomes["answered"] - before
+        trails = {}
+        node = callers.redis
+        for request_id in set(published):
+            trail = await node.lrange(callers.keys.audit(request_id), 0, -1)  # type: ignore[misc]
+            trails[request_id] = [json.loads(entry)["e"] for entry in trail]
+        settled = {"answered", "defaulted", "timed_out", "cancelled", "failed"}
+        double = [r for r, events in trails.items() if sum(e in settled for e in events) > 1]
+        missing = [r for r, events in trails.items() if not events]
+        replies = {r: await callers.settlement(r) for r in answered}
+    print(
+        f"\nfailover {failover_s:.1f} s; outcomes {dict(outcomes)}; answered after the"
+        f" kill {after}; published {len(set(published))}; missing {len(missing)};"
+        f" double-settled {len(double)}"
+    )
+    assert outcomes["hung"] == 0, outcomes
+    # In flight at the kill: an ask whose send Redis could not take (REDIS_UNAVAILABLE),
+    # or one whose answer was lost with the connection: the channel's present failed,
+    # so it gave its claim back and the last tier ran out (NO_ANSWERER). Both clear.
+    assert set(outcomes) <= {"answered", "error REDIS_UNAVAILABLE", "error NO_ANSWERER"}
+    assert outcomes["answered"] > 20 * (outcomes.total() - outcomes["answered"]), outcomes
+    assert after > 0  # the deployment went on after the failover
+    assert double == []
+    assert missing == [], missing  # nothing acknowledged was lost with the old master
+    for request_id, body in replies.items():  # what each caller got is what Redis kept
+        assert body is not None and body.state == "ANSWERED", (request_id, body)
+        assert answered[request_id] == YES_JSON

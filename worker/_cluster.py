@@ -1,0 +1,427 @@
+"""Redis Cluster: `ASKQ_REDIS_URL=redis+cluster://host:port[,host:port...]` (TLS:
+`rediss+cluster://`; `user:password@` before the first node), the seed nodes the
+cluster's layout is read from.
+
+Two kinds of client, for two kinds of work:
+
+- Commands and scripts go through redis-py's asyncio cluster client (`ClusterClient`),
+  which sends each to the master that owns its key's slot and follows MOVED and ASK.
+  It re-sends only what certainly did not run: a connection that could not be made, a
+  cluster that is down or between masters (a failover), a redirection. Those are tried
+  again, with backoff, for `ASKQ_CLUSTER_RETRY_SECONDS` (a failover takes a few seconds),
+  then end as `NotConnected`. A connection lost after a command was sent is reported at
+  once, as on a single Redis: the command may have run, and the caller decides (an ask
+  is sent again marked as a repeat; see `_pending.py`). Concurrency is bounded by
+  `ASKQ_MAX_CONNECTIONS`, as the single-Redis pool is: a command waits for a permit
+  rather than opening another connection.
+- What needs one connection to one master — a blocking loop (BLMPOP, XREADGROUP BLOCK),
+  a WATCH/MULTI (arq's queue, a channel's `once` guard) — gets a plain client whose
+  connection is pinned to the master that owns a hash tag's slot (`pinned_pool`). Each
+  time it connects it asks the cluster which master that is, so after a failover or a
+  slot moved it reconnects to the new owner; a MOVED reply (it reached a node that no
+  longer owns the slot) drops the connection as if it were lost (the command did not
+  run), so the loops' own reconnect handles it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.asyncio.connection import Connection, SSLConnection
+from redis.crc import key_slot
+from redis.exceptions import (
+    ClusterDownError,
+    ClusterError,
+    MaxConnectionsError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+
+SCHEMES = {"redis+cluster": False, "rediss+cluster": True}  # scheme -> TLS
+
+# Replies that mean the command was not run by the node that got it.
+_REDIRECTS = ("MOVED ", "ASK ", "CLUSTERDOWN", "TRYAGAIN")
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.partition("://")[0].lower() in SCHEMES
+
+
+@dataclass(frozen=True)
+class ClusterUrl:
+    """What a `redis+cluster://` URL says: the seed nodes and how to log in."""
+
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = None
+    tls: bool = False
+
+    @classmethod
+    def parse(cls, url: str) -> ClusterUrl:
+        """ValueError naming what is wrong (the caller makes it a CONFIG_ERROR)."""
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme.lower() not in SCHEMES:
+            raise ValueError("a cluster URL starts with redis+cluster:// or rediss+cluster://")
+        if "?" in rest or "#" in rest:
+            raise ValueError("a cluster URL takes no query options")
+        netloc, _, path = rest.partition("/")
+        if path not in ("", "0"):
+            raise ValueError(f"a cluster has only database 0, not {path!r}")
+        username = password = None
+        if "@" in netloc:
+            userinfo, _, netloc = netloc.rpartition("@")
+            user, colon, secret = userinfo.partition(":")
+            username, password = (
+                (unquote(user) or None, unquote(secret))
+                if colon
+                else (
+                    None,
+                    unquote(user),
+                )
+            )
+        nodes = []
+        for node in netloc.split(","):
+            host, colon, port = node.strip().rpartition(":")
+            if not colon or not host:
+                raise ValueError(f"node {node!r}: expected host:port")
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"node {node!r}: port {port!r} is not a port number")
+            nodes.append((host.strip("[]"), int(port)))
+        return cls(tuple(nodes), username, password, SCHEMES[scheme.lower()])
+
+    def connection_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"username": self.username, "password": self.password}
+        if self.tls:
+            kwargs["ssl"] = True
+        return kwargs
+
+
+def tag_slot(tag: str) -> int:
+    """The slot of every key whose hash tag is `tag` (`{tag}:...`)."""
+    return key_slot(("{" + tag + "}").encode())
+
+
+# --- the command client ---------------------------------------------------------------
+
+# Errors after which the command certainly did not run: safe to send again.
+_NOT_RUN: tuple[type[BaseException], ...] = (
+    ClusterDownError,
+    SlotNotCoveredError,
+    TryAgainError,
+    ClusterError,  # "TTL exhausted": redirected too many times
+    MaxConnectionsError,
+)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """redis-py's word for "no node of the cluster answered" when it reads the layout."""
+    return isinstance(exc, RedisClusterException) and "cannot be connected" in str(exc)
+
+
+_holding: contextvars.ContextVar[bool] = contextvars.ContextVar("askq_permit", default=False)
+
+
+class ClusterClient(RedisCluster):
+    """redis-py's cluster client with askq's rules: bounded, and re-sending only what
+    did not run (see the module's docstring)."""
+
+    # redis-py retries these once by itself (cluster_error_retry_attempts=1, which its
+    # pipeline needs): never a connection lost after sending.
+    ERRORS_ALLOW_RETRY = (ClusterDownError, SlotNotCoveredError)  # type: ignore[assignment]
+
+    def __init__(
+        self, *, not_connected: type[Exception], retry_seconds: float, permits: int, **kwargs: Any
+    ) -> None:
+        super().__init__(cluster_error_retry_attempts=1, **kwargs)
+        self._not_connected = not_connected
+        self.retry_seconds = retry_seconds
+        self._permits = asyncio.Semaphore(permits)
+        self._reached = False  # has any command gone through yet
+
+    @contextlib.asynccontextmanager
+    async def permit(self) -> AsyncIterator[None]:
+        """At most `permits` commands or pipelines at once (one connection each per
+        node). A redirected command inside a pipeline runs under the pipeline's."""
+        if _holding.get():
+            yield
+            return
+        async with self._permits:
+            token = _holding.set(True)
+            try:
+                yield
+            finally:
+                _holding.reset(token)
+
+    def not_run(self, exc: BaseException) -> bool:
+        return isinstance(exc, (*_NOT_RUN, self._not_connected)) or _unreachable(exc)
+
+    async def retrying(self, attempt: Any) -> Any:
+        """Run `attempt()` again while it fails without having run, for retry_seconds.
+        A cluster none of whose nodes answers at the first contact is not waited for
+        (REDIS_UNAVAILABLE at once, as a single Redis that is not there)."""
+        deadline = time.monotonic() + self.retry_seconds
+        pause = 0.05
+        while True:
+            try:
+                result = await attempt()
+                self._reached = True
+                return result
+            except BaseException as exc:
+                if not self.not_run(exc):
+                    raise
+                if _unreachable(exc) and not self._reached:
+                    raise self._not_connected(str(exc)) from exc
+                if time.monotonic() + pause > deadline:
+                    if isinstance(exc, self._not_connected):
+                        raise
+                    raise self._not_connected(f"Redis Cluster: {exc}") from exc
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        async with self.permit():
+            run = super().execute_command
+            return await self.retrying(lambda: run(*args, **kwargs))
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        # (the single-Redis client's signature: callers pass close_connection_pool)
+        await super().aclose()
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        if transaction or shard_hint:
+            return super().pipeline(transaction, shard_hint)  # refused, as redis-py does
+        return _Pipeline(self)  # type: ignore[abstract]
+
+
+class _Pipeline(ClusterPipeline):
+    """A non-transactional pipeline under one permit. It is sent again only when every
+    command is in one slot (one node: it failed whole, before anything ran)."""
+
+    _client: ClusterClient
+
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        # redis-py blocks scripts in a cluster pipeline, because their keys might span
+        # slots; askq's share one hash tag, and the cluster client routes them by it.
+        return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
+        client, stack = self._client, list(self._command_stack)
+
+        async def attempt() -> Any:
+            self._command_stack = list(stack)
+            try:
+                return await ClusterPipeline.execute(self, raise_on_error, allow_redirections)
+            except AttributeError:
+                # redis-py's bookkeeping after a failed command reads the default node,
+                # which a concurrent reset of the layout (a failover) may have cleared
+                # (None.name): the results are in by then, so return them as it would.
+                results = [cmd.result for cmd in stack]
+                failed = [r for r in results if isinstance(r, BaseException)]
+                if raise_on_error and failed:
+                    raise failed[0] from None
+                return results
+
+        async with client.permit():
+            try:
+                return await attempt()
+            except BaseException as exc:
+                if not client.not_run(exc) or not await self._one_slot(stack):
+                    raise
+            return await client.retrying(attempt)
+
+    async def _one_slot(self, stack: list[Any]) -> bool:
+        try:
+            slots = {await self._client._determine_slot(*cmd.args) for cmd in stack}
+        except (RedisError, Exception):  # noqa: BLE001 - a keyless command: do not guess
+            return False
+        return len(slots) == 1
+
+
+def cluster_client(
+    url: ClusterUrl,
+    *,
+    connection_class: type[Connection],
+    not_connected: type[Exception],
+    retry_seconds: float,
+    max_connections: int,
+    **kwargs: Any,
+) -> ClusterClient:
+    client = ClusterClient(  # type: ignore[abstract]
+        startup_nodes=[ClusterNode(host, port) for host, port in url.nodes],
+        not_connected=not_connected,
+        retry_seconds=retry_seconds,
+        permits=max_connections,
+        # The bound is the permits: redis-py's own per-node limit counts a connection
+        # that failed while sending as in use for good (it is never handed back), and
+        # after a few failovers' worth of those a node would refuse every command.
+        max_connections=2**31,
+        connection_error_retry_attempts=0,
+        **url.connection_kwargs(),
+        **kwargs,
+    )
+    # The nodes it discovers are made with these kwargs: hiredis packing, NotConnected.
+    client.connection_kwargs["connection_class"] = connection_class
+    return client
+
+
+# --- pinned connections ---------------------------------------------------------------
+
+
+def sync_master_client(url: ClusterUrl, tag: str, **kwargs: Any) -> Any:
+    """A synchronous plain client of the master owning `{tag}`'s slot, found now (for
+    the metrics scrape, which runs in a thread of its own; it asks again after a
+    failure). ConnectionError when no seed answers."""
+    import redis
+
+    slot, errors = tag_slot(tag), []
+    for host, port in url.nodes:
+        seed = redis.Redis(host=host, port=port, **url.connection_kwargs(), **kwargs)
+        try:
+            layout = seed.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+        except (RedisError, OSError) as exc:
+            errors.append(f"{host}:{port}: {exc}")
+            continue
+        finally:
+            seed.close()
+        for start, end, master, *_ in layout:
+            if int(start) <= slot <= int(end):
+                return redis.Redis(
+                    host=str(master[0]), port=int(master[1]), **url.connection_kwargs(), **kwargs
+                )
+    raise ConnectionError(f"Redis Cluster: {'; '.join(errors) or f'no master owns slot {slot}'}")
+
+
+@dataclass
+class SlotOwners:
+    """Which master owns a slot, read from any node that answers (the seeds first, then
+    every node seen since). A connection asks when it connects, so the answer is the
+    cluster's current one, not a cached layout."""
+
+    url: ClusterUrl
+    timeout: float
+    known: list[tuple[str, int]] = field(default_factory=list)
+
+    async def master_of(self, slot: int) -> tuple[str, int]:
+        errors: list[str] = []
+        for host, port in dict.fromkeys([*self.url.nodes, *self.known]):
+            node = Redis(
+                host=host,
+                port=port,
+                socket_timeout=self.timeout,
+                socket_connect_timeout=self.timeout,
+                decode_responses=True,
+                **self.url.connection_kwargs(),
+            )
+            try:
+                layout = await node.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+            except (RedisError, OSError) as exc:
+                errors.append(f"{host}:{port}: {exc}")
+                continue
+            finally:
+                with contextlib.suppress(Exception):
+                    await node.aclose()
+            owner = self._owner(layout, slot)
+            if owner is not None:
+                return owner
+            errors.append(f"{host}:{port}: no master owns slot {slot}")
+        raise ConnectionError(f"Redis Cluster: {'; '.join(errors) or 'no node answered'}")
+
+    def _owner(self, layout: Any, slot: int) -> tuple[str, int] | None:
+        found = None
+        for start, end, master, *replicas in layout:
+            for node in (master, *replicas):
+                address = (str(node[0]), int(node[1]))
+                if address[0] and address not in self.known:
+                    self.known.append(address)
+            if int(start) <= slot <= int(end):
+                found = (str(master[0]), int(master[1]))
+        return found
+
+
+class _Pinned:
+    """Mixed into a connection class: connect to the master owning `pinned_slot`, and
+    treat a redirection as a lost connection (the command did not run; the next
+    connect finds the new owner)."""
+
+    pinned_slot: int
+    pinned_owners: SlotOwners
+    host: str
+    port: int
+
+    def __init__(self, *args: Any, pinned_slot: int, pinned_owners: SlotOwners, **kwargs: Any):
+        self.pinned_slot = pinned_slot
+        self.pinned_owners = pinned_owners
+        super().__init__(*args, **kwargs)
+
+    async def connect(self) -> None:
+        from ._connections import NotConnected
+
+        if not self.is_connected:  # type: ignore[attr-defined]
+            try:
+                self.host, self.port = await self.pinned_owners.master_of(self.pinned_slot)
+            except ConnectionError as exc:
+                raise NotConnected(str(exc)) from exc
+        await super().connect()  # type: ignore[misc]
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            response = await super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except ResponseError as exc:
+            if not str(exc).startswith(_REDIRECTS):
+                raise
+            response = exc
+        if isinstance(response, ResponseError) and str(response).startswith(_REDIRECTS):
+            from ._connections import NotConnected
+
+            await self.disconnect()  # type: ignore[attr-defined]
+            raise NotConnected(f"Redis Cluster: slot {self.pinned_slot} moved: {response}")
+        return response
+
+
+_PINNED: dict[type, type] = {}
+
+
+def pinned_class(cls: type[Connection]) -> type[Connection]:
+    if cls not in _PINNED:
+        _PINNED[cls] = type(f"Pinned{cls.__name__}", (_Pinned, cls), {})
+    return _PINNED[cls]
+
+
+def pinned_pool(
+    url: ClusterUrl,
+    tag: str,
+    *,
+    connection_class: type[Connection],
+    max_connections: int,
+    **kwargs: Any,
+) -> BlockingConnectionPool:
+    """A bounded pool of connections to the master owning `{tag}`'s slot."""
+    base = connection_class
+    if url.tls and not issubclass(base, SSLConnection):
+        raise ValueError("a TLS cluster URL needs an SSL connection class")
+    owners = SlotOwners(url, float(kwargs.get("socket_connect_timeout") or 5.0))
+    kwargs.update(url.connection_kwargs())
+    kwargs.pop("ssl", None)
+    first = url.nodes[0]
+    return BlockingConnectionPool(
+        connection_class=pinned_class(base),
+        max_connections=max_connections,
+        timeout=None,
+        host=first[0],
+        port=first[1],
+        pinned_slot=tag_slot(tag),
+        pinned_owners=owners,
+        **kwargs,
+    )

@@ -71,13 +71,19 @@ class _ArqKeysUnderPrefix:
 
 
 def arq_client(settings: Settings, queue: str) -> ArqRedis:
-    """arq's client: JSON jobs, its keys under the prefix, one server (see above)."""
+    """arq's client: JSON jobs, its keys under the prefix, one server (see above).
+
+    Its pool opens connections as needed, as arq's own `create_pool` does: arq holds one
+    per job in flight plus its poll loop and health beat, so `max_jobs` bounds it; a
+    bounded pool that waits for a free connection would turn one arq leaks on a
+    cancellation into a worker that hangs at shutdown."""
     client: ArqRedis = pinned_client(
         None,
         settings,
         None,
         client_class=ArqRedis,
         mixin=_ArqKeysUnderPrefix,
+        bounded=False,
         arq_base=Keys(settings.prefix).base + ":",
         decode_responses=False,  # arq reads bytes
     )

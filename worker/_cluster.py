@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection
 from redis.crc import key_slot
@@ -404,10 +404,11 @@ def pinned_pool(
     tag: str,
     *,
     connection_class: type[Connection],
-    max_connections: int,
+    max_connections: int | None,
     **kwargs: Any,
-) -> BlockingConnectionPool:
-    """A bounded pool of connections to the master owning `{tag}`'s slot."""
+) -> ConnectionPool:
+    """A pool of connections to the master owning `{tag}`'s slot: bounded (waiting for
+    a free connection) with `max_connections`, else opening connections as needed."""
     base = connection_class
     if url.tls and not issubclass(base, SSLConnection):
         raise ValueError("a TLS cluster URL needs an SSL connection class")
@@ -415,13 +416,13 @@ def pinned_pool(
     kwargs.update(url.connection_kwargs())
     kwargs.pop("ssl", None)
     first = url.nodes[0]
-    return BlockingConnectionPool(
+    kwargs.update(
         connection_class=pinned_class(base),
-        max_connections=max_connections,
-        timeout=None,
         host=first[0],
         port=first[1],
         pinned_slot=tag_slot(tag),
         pinned_owners=owners,
-        **kwargs,
     )
+    if max_connections is None:
+        return ConnectionPool(**kwargs)
+    return BlockingConnectionPool(max_connections=max_connections, timeout=None, **kwargs)

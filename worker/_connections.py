@@ -165,18 +165,20 @@ def pinned_client(
     *,
     client_class: type[Redis] = Redis,
     mixin: type | None = None,
+    bounded: bool = True,
     **extra: Any,
 ) -> Any:
-    """A bounded client of plain connections to the one server holding the deployment's
-    keys, for what needs WATCH and MULTI (arq's queue, a channel's `once`): on a
-    cluster, the master owning the prefix's slot; on a single Redis, that Redis.
-    `mixin` goes in front of the connection class (with `extra` as its kwargs)."""
+    """A client of plain connections to the one server holding the deployment's keys,
+    for what needs WATCH and MULTI (arq's queue, a channel's `once`): on a cluster, the
+    master owning the prefix's slot; on a single Redis, that Redis. `mixin` goes in
+    front of the connection class (with `extra` as its kwargs). `bounded=False` gives
+    a pool that opens connections as needed, as arq's own `create_pool` does."""
     return _single_node(
         source,
         settings,
         name,
         settings.socket_timeout,
-        settings.max_connections,
+        settings.max_connections if bounded else None,
         client_class=client_class,
         mixin=mixin,
         **extra,
@@ -188,7 +190,7 @@ def _single_node(
     settings: Settings,
     name: str | None,
     timeout: float,
-    size: int,
+    size: int | None,
     *,
     client_class: type[Redis] = Redis,
     mixin: type | None = None,
@@ -198,7 +200,7 @@ def _single_node(
         return sentinel_client(
             settings,
             name,
-            max_connections=size,
+            max_connections=size or 2**31,
             socket_timeout=timeout,
             client_class=client_class,
             mixin=mixin,
@@ -217,6 +219,8 @@ def _single_node(
             max_connections=size,
             **kwargs,
         )
+    elif size is None:
+        pool = ConnectionPool(connection_class=cls, **kwargs)
     else:
         pool = BlockingConnectionPool(
             connection_class=cls, max_connections=size, timeout=None, **kwargs

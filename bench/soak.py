@@ -451,7 +451,7 @@ async def soak(run: Run) -> int:
     print(f"{'':<{w}}arq {len(arq_keys)}, without a TTL {len(arq_forever)} {arq_forever[:3]}")
     print(f"{'keys outside the prefix':<{w}}{len(other)} {sorted(other)[:5]}")
     print(f"{'total':<{w}}{fmt_s(time.monotonic() - started)}")
-    bad = lost or twice or differ or per_request_left or callers_left
+    bad = lost or twice or differ or per_request_left or callers_left or other or arq_forever
     return 1 if bad else 0
 
 

@@ -39,6 +39,7 @@ EXPORTED = [
     "RequestStatus",
     "Retraction",
     "RetryLater",
+    "RouteTable",
     "Seam",
     "Settings",
     "Settlement",

@@ -27,6 +27,7 @@ from ._models import (
     scope_matches,
 )
 from ._recent import RecentSettlement
+from ._routes import RouteTable
 from ._runtime import AnswererRuntime
 from ._seam import Seam
 from ._settings import ChannelSettings, Settings
@@ -68,6 +69,7 @@ __all__ = [
     "RequestStatus",
     "Retraction",
     "RetryLater",
+    "RouteTable",
     "Seam",
     "Settings",
     "Settlement",

@@ -21,12 +21,11 @@ route allows them. (Route to people rather than to a list address.)
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from askq import AskError, ErrorCode, parse_selector, scope_matches
+from askq import AskError, ErrorCode, RouteTable
 
 ROUTES_VAR = "ASKQ_EMAIL_ROUTES"
 ANYONE = "*"
@@ -47,7 +46,6 @@ def normal(address: str) -> str:
 
 @dataclass(frozen=True)
 class Route:
-    selector: dict[str, str]
     to: tuple[str, ...]  # normalized recipient addresses
     allow: frozenset[str]  # normalized addresses and @domains
 
@@ -57,13 +55,7 @@ class Route:
         return sender in self.allow or domain in self.allow
 
 
-@dataclass(frozen=True)
-class Routes:
-    routes: tuple[Route, ...]
-
-    def match(self, scope: dict[str, str]) -> Route | None:
-        """The first route whose selector matches the scope; None: decline."""
-        return next((r for r in self.routes if scope_matches(r.selector, scope)), None)
+Routes = RouteTable[Route]
 
 
 def _config_error(message: str) -> AskError:
@@ -89,8 +81,7 @@ def _addresses(raw: Any, where: str, *, domains: bool) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _route(key: str, value: Any) -> Route:
-    where = f"{ROUTES_VAR}[{key!r}]"
+def _route(value: Any, where: str) -> Route:
     if isinstance(value, str | list):
         value = {"to": value}
     if not isinstance(value, dict):
@@ -107,7 +98,7 @@ def _route(key: str, value: Any) -> Route:
             )
     else:
         allow = frozenset(to)
-    return Route(selector=parse_selector(key, where), to=to, allow=allow)
+    return Route(to=to, allow=allow)
 
 
 def parse_routes(text: str) -> Routes:
@@ -116,13 +107,4 @@ def parse_routes(text: str) -> Routes:
         raise _config_error(
             f"{ROUTES_VAR} is not set: map request scopes to addresses, e.g. {EXAMPLE}"
         )
-    try:
-        table = json.loads(text)
-    except ValueError as exc:
-        raise _config_error(f"{ROUTES_VAR}: not valid JSON ({exc}); e.g. {EXAMPLE}") from None
-    if not isinstance(table, dict) or not table:
-        raise _config_error(f"{ROUTES_VAR}: expected a non-empty JSON object, e.g. {EXAMPLE}")
-    routes = [_route(k, v) for k, v in table.items() if k != ANYONE]
-    if ANYONE in table:  # the default goes last, wherever it was written
-        routes.append(_route(ANYONE, table[ANYONE]))
-    return Routes(tuple(routes))
+    return Routes.parse(text, var=ROUTES_VAR, example=EXAMPLE, build=_route)

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from askq import AskError, ErrorCode, parse_selector, scope_matches
+from askq import AskError, ErrorCode, RouteTable
 
 ROUTES_VAR = "ASKQ_SLACK_ROUTES"
 ALLOWLIST_VAR = "ASKQ_SLACK_ALLOWLIST"
@@ -34,7 +34,6 @@ EXAMPLE = '{"tenant=acme": "C0ACME", "*": "C0GENERAL"}'
 
 @dataclass(frozen=True)
 class Route:
-    selector: dict[str, str]
     channel: str  # a channel id, "#name", or a user id (the app's DM with that user)
     allow: frozenset[str]
 
@@ -42,13 +41,7 @@ class Route:
         return ANYONE in self.allow or user_id in self.allow
 
 
-@dataclass(frozen=True)
-class Routes:
-    routes: tuple[Route, ...]
-
-    def match(self, scope: dict[str, str]) -> Route | None:
-        """The first route whose selector matches the scope; None: decline."""
-        return next((r for r in self.routes if scope_matches(r.selector, scope)), None)
+Routes = RouteTable[Route]
 
 
 def _config_error(message: str) -> AskError:
@@ -71,8 +64,7 @@ def parse_allowlist(raw: Any, where: str) -> frozenset[str]:
     return frozenset(items)
 
 
-def _route(key: str, value: Any, default_allow: frozenset[str] | None) -> Route:
-    where = f"{ROUTES_VAR}[{key!r}]"
+def _route(value: Any, where: str, default_allow: frozenset[str] | None) -> Route:
     if isinstance(value, str):
         value = {"channel": value}
     if not isinstance(value, dict):
@@ -96,7 +88,7 @@ def _route(key: str, value: Any, default_allow: frozenset[str] | None) -> Route:
             f'{where}: nobody may answer in {channel}; give "allow": [user ids] or set'
             f' {ALLOWLIST_VAR} (user ids, or "{ANYONE}" for anyone who sees the message)'
         )
-    return Route(selector=parse_selector(key, where), channel=channel, allow=allow)
+    return Route(channel=channel, allow=allow)
 
 
 def parse_routes(routes_text: str, allowlist_text: str) -> Routes:
@@ -115,13 +107,9 @@ def parse_routes(routes_text: str, allowlist_text: str) -> Routes:
         raise _config_error(
             f"{ROUTES_VAR} is not set: map request scopes to Slack channels, e.g. {EXAMPLE}"
         )
-    try:
-        table = json.loads(routes_text)
-    except ValueError as exc:
-        raise _config_error(f"{ROUTES_VAR}: not valid JSON ({exc}); e.g. {EXAMPLE}") from None
-    if not isinstance(table, dict) or not table:
-        raise _config_error(f"{ROUTES_VAR}: expected a non-empty JSON object, e.g. {EXAMPLE}")
-    routes = [_route(k, v, default_allow) for k, v in table.items() if k != ANYONE]
-    if ANYONE in table:  # the default goes last, wherever it was written
-        routes.append(_route(ANYONE, table[ANYONE], default_allow))
-    return Routes(tuple(routes))
+    return Routes.parse(
+        routes_text,
+        var=ROUTES_VAR,
+        example=EXAMPLE,
+        build=lambda value, where: _route(value, where, default_allow),
+    )

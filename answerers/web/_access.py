@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from askq import AskError, ErrorCode, parse_selector, scope_matches
+from askq import AskError, ErrorCode, RouteTable
 
 ROUTES_VAR = "ASKQ_WEB_ROUTES"
 ALLOWLIST_VAR = "ASKQ_WEB_ALLOWLIST"
@@ -34,21 +34,13 @@ def _config_error(message: str) -> AskError:
 
 @dataclass(frozen=True)
 class AccessRoute:
-    selector: dict[str, str]
     allow: frozenset[str]
 
     def allows(self, user: str) -> bool:
         return ANYONE in self.allow or user in self.allow
 
 
-@dataclass(frozen=True)
-class Access:
-    routes: tuple[AccessRoute, ...]
-
-    def match(self, scope: dict[str, str]) -> AccessRoute | None:
-        """The first route whose selector matches the scope; None: decline."""
-        return next((r for r in self.routes if scope_matches(r.selector, scope)), None)
-
+class Access(RouteTable[AccessRoute]):
     def allows(self, user: str, scope: dict[str, str]) -> bool:
         route = self.match(scope)
         return route is not None and route.allows(user)
@@ -78,20 +70,14 @@ def parse_access(routes_text: str, allowlist_text: str) -> Access:
             raise _config_error(f"{ALLOWLIST_VAR}: not valid JSON ({exc})") from None
     default_allow = parse_users_list(raw, ALLOWLIST_VAR)
     if not routes_text.strip():
-        return Access((AccessRoute({}, default_allow),))
-    try:
-        table = json.loads(routes_text)
-    except ValueError as exc:
-        raise _config_error(f"{ROUTES_VAR}: not valid JSON ({exc})") from None
-    if not isinstance(table, dict) or not table:
-        raise _config_error(f'{ROUTES_VAR}: expected a non-empty JSON object, e.g. {{"*": "*"}}')
-    routes = []
-    for key in [k for k in table if k != ANYONE] + ([ANYONE] if ANYONE in table else []):
-        value = table[key]
-        allow = (
-            default_allow if value is None else parse_users_list(value, f"{ROUTES_VAR}[{key!r}]")
-        )
+        return Access((({}, AccessRoute(default_allow)),))
+
+    def route(value: Any, where: str) -> AccessRoute:
+        allow = default_allow if value is None else parse_users_list(value, where)
         if not allow:
-            raise _config_error(f"{ROUTES_VAR}[{key!r}]: nobody may answer there")
-        routes.append(AccessRoute(parse_selector(key, f"{ROUTES_VAR}[{key!r}]"), allow))
-    return Access(tuple(routes))
+            raise _config_error(f"{where}: nobody may answer there")
+        return AccessRoute(allow)
+
+    return Access.parse(
+        routes_text, var=ROUTES_VAR, example='{"*": "*"}', build=route, example_if_not_json=False
+    )

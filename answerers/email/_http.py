@@ -13,21 +13,16 @@ secret; 400 not a message; 413 too large; 503 a failure of ours (retry later).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hmac
 import logging
-import socket
 from collections.abc import Awaitable, Callable, Sequence
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from askq import AskError, ErrorCode
-
+from .._serving import AppServer, listening_socket
 from ._inbox import Received
 
 log = logging.getLogger("askq.email")
@@ -56,8 +51,7 @@ class HttpEndpoint:
         self.secret = secret
         self.max_bytes = max_bytes
         self.routes = list(routes)
-        self._server: uvicorn.Server | None = None
-        self._serving: asyncio.Task[None] | None = None
+        self._server: AppServer | None = None
         self.port: int | None = None
 
     def app(self) -> Starlette:
@@ -67,42 +61,16 @@ class HttpEndpoint:
         return Starlette(routes=[*routes, *self.routes])
 
     async def start(self) -> None:
-        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self._port))
-        except OSError as exc:
-            sock.close()
-            raise AskError(
-                ErrorCode.CONFIG_ERROR,
-                f"ASKQ_EMAIL_HTTP_HOST/ASKQ_EMAIL_HTTP_PORT: cannot listen on"
-                f" {self.host}:{self._port} ({exc.strerror or exc})",
-            ) from None
+        sock = listening_socket(self.host, self._port, "ASKQ_EMAIL_HTTP_HOST/ASKQ_EMAIL_HTTP_PORT")
         self.port = int(sock.getsockname()[1])
-        config = uvicorn.Config(
-            self.app(),
-            log_level="warning",
-            access_log=False,
-            proxy_headers=False,
-            lifespan="off",
-            timeout_graceful_shutdown=2,
-        )
-        self._server = uvicorn.Server(config)
-        self._serving = asyncio.create_task(self._server.serve(sockets=[sock]))
-        while not self._server.started:
-            if self._serving.done():
-                self._serving.result()
-                raise AskError(ErrorCode.CONFIG_ERROR, "the email HTTP endpoint stopped at start")
-            await asyncio.sleep(0.01)
+        self._server = AppServer(self.app(), sock, "the email HTTP endpoint")
+        await self._server.start()
         log.info("email HTTP endpoint on http://%s:%d", self.host, self.port)
 
     async def stop(self) -> None:
-        if self._server is not None and self._serving is not None:
-            self._server.should_exit = True
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(self._serving, timeout=5)
+        if self._server is not None:
+            await self._server.stop()
         self._server = None
-        self._serving = None
 
     def _authorized(self, request: Request) -> bool:
         given = request.headers.get("Authorization", "")

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import hmac
 import logging
-import socket
 import time
 from collections.abc import Callable
 
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
-from askq import AskError, ErrorCode
-
+from .._serving import listening_socket
 from ._interactions import Interaction, MalformedInteraction, parse_form_body, parse_interaction
 
 log = logging.getLogger("askq.slack")
@@ -51,17 +49,7 @@ class HttpReceiver:
         app = web.Application()
         app.router.add_post(INTERACTIVITY_PATH, self._on_interaction)
         app.router.add_get(HEALTH_PATH, self._on_health)
-        sock = socket.socket(socket.AF_INET6 if ":" in self._host else socket.AF_INET)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self._host, self._port))
-        except OSError as exc:
-            sock.close()
-            raise AskError(
-                ErrorCode.CONFIG_ERROR,
-                f"ASKQ_SLACK_HTTP_HOST/ASKQ_SLACK_HTTP_PORT: cannot listen on"
-                f" {self._host}:{self._port} ({exc.strerror or exc})",
-            ) from None
+        sock = listening_socket(self._host, self._port, "ASKQ_SLACK_HTTP_HOST/ASKQ_SLACK_HTTP_PORT")
         self.port = int(sock.getsockname()[1])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()

@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 
-import uvicorn
 from starlette.applications import Starlette
 
-from askq import Answerer, AnswererOptions, AskError, ErrorCode, GroupHandle, Offer, Retraction
+from askq import Answerer, AnswererOptions, AskError, GroupHandle, Offer, Retraction
 
+from .._serving import AppServer, listening_socket
 from ._app import build_app
 from ._config import WebConfig, WebSettings
 from ._inbox import Inbox, InboxEntry
@@ -58,8 +57,7 @@ class WebAnswerer(Answerer[WebOptions]):
         super().__init__(options)
         self._settings = settings
         self._serve = serve
-        self._server: uvicorn.Server | None = None
-        self._serving: asyncio.Task[None] | None = None
+        self._server: AppServer | None = None
         self._refresher: asyncio.Task[None] | None = None
         self._showing: dict[str, Offer] = {}
         self.port: int | None = None  # the bound port (useful with port 0)
@@ -75,23 +73,12 @@ class WebAnswerer(Answerer[WebOptions]):
             self._refresher = asyncio.create_task(self._refresh_loop())
             if not self._serve:
                 return
-            sock = _listen(self.config.host, self.config.port)
-            self.port = int(sock.getsockname()[1])
-            server_config = uvicorn.Config(
-                self.app,
-                log_level="warning",
-                access_log=False,
-                proxy_headers=False,  # the peer address is what trusted-proxy checks read
-                lifespan="off",
-                timeout_graceful_shutdown=2,
+            sock = listening_socket(
+                self.config.host, self.config.port, "ASKQ_WEB_HOST/ASKQ_WEB_PORT"
             )
-            self._server = uvicorn.Server(server_config)
-            self._serving = asyncio.create_task(self._server.serve(sockets=[sock]))
-            while not self._server.started:
-                if self._serving.done():
-                    self._serving.result()
-                    raise AskError(ErrorCode.CONFIG_ERROR, "the web server stopped at start-up")
-                await asyncio.sleep(0.01)
+            self.port = int(sock.getsockname()[1])
+            self._server = AppServer(self.app, sock, "the web server")
+            await self._server.start()
             log.info("web inbox on http://%s:%d/", self.config.host, self.port)
         except BaseException:
             await self.stop()
@@ -105,12 +92,9 @@ class WebAnswerer(Answerer[WebOptions]):
             self._refresher = None
         if hasattr(self, "pages"):
             await self.pages.hub.close()  # ends every live stream, so the server can stop
-        if self._server is not None and self._serving is not None:
-            self._server.should_exit = True
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(self._serving, timeout=5)
+        if self._server is not None:
+            await self._server.stop()
         self._server = None
-        self._serving = None
 
     # --- the runtime's side ------------------------------------------------------------
 
@@ -147,19 +131,3 @@ class WebAnswerer(Answerer[WebOptions]):
                     await self.inbox.add(current or InboxEntry.of(offer), announce=current is None)
                 except AskError as exc:
                     log.warning("refreshing the inbox entry of %s: %s", request_id, exc)
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as exc:
-        sock.close()
-        raise AskError(
-            ErrorCode.CONFIG_ERROR,
-            f"ASKQ_WEB_HOST/ASKQ_WEB_PORT: cannot listen on {host}:{port} ({exc.strerror or exc})",
-        ) from None
-    sock.setblocking(False)
-    return sock

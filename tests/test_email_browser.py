@@ -1,57 +1,30 @@
-"""The email's answer link in a real browser: Debian's headless Chromium driven by
-Playwright (`executable_path`, never `playwright install`), opening the link exactly as
-the question email carries it, served by the email worker's own HTTP endpoint."""
+"""The email's answer link in a real browser (headless Chromium, tests/chromium.py),
+opened exactly as the question email carries it, served by the email worker's own HTTP
+endpoint."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import socket
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
+from chromium import browser, needs_chromium
 from conftest import SEED, Backend, running
 from email_standin import SmtpSink, email_settings, sink
 
 from askq import Caller, Seam
 from askq.answerers.email import EmailAnswerer
+from bench._redis_server import free_port
 
-__all__ = ["sink"]  # the fixture, imported so pytest finds it
+__all__ = ["browser", "sink"]  # the fixtures, imported so pytest finds them
 
-playwright_api = pytest.importorskip("playwright.async_api")
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
-
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-    reason="Debian's chromium is not installed (apt-get install chromium)",
-)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Any]:
-    async with playwright_api.async_playwright() as p:
-        chromium = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            await chromium.close()
+pytestmark = needs_chromium
 
 
 async def test_the_emails_link_clicked_in_chromium_answers_once(
     backend: Backend, seam: Seam, sink: SmtpSink, browser: Any
 ) -> None:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     settings = email_settings(sink, link_base_url=base, http_port=port)
     async with backend.seam() as worker_seam:

@@ -1,6 +1,6 @@
-"""The web inbox in a real browser: Debian's headless Chromium driven by Playwright
-(`executable_path`, never `playwright install`), against `askq worker web` running as
-its own process, with questions asked by `askq ask` processes.
+"""The web inbox in a real browser (headless Chromium, tests/chromium.py), against
+`askq worker web` running as its own process, with questions asked by `askq ask`
+processes.
 
 Set ASKQ_SCREENSHOTS=docs to write the README's screenshots into docs/.
 """
@@ -10,45 +10,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
+from chromium import browser, needs_chromium, playwright_api
 from conftest import ROOT, Backend, running
 from web_helpers import SECRET, TOKENS, USERS
 
 from askq import SignedLinks
 from askq.answerers.memory import MemoryAnswerer
+from bench._redis_server import free_port
 
-playwright_api = pytest.importorskip("playwright.async_api")
+__all__ = ["browser"]  # the fixture, imported so pytest finds it
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 ASKQ = [sys.executable, "-m", "askq"]
 PIPE = asyncio.subprocess.PIPE
 
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-    reason="Debian's chromium is not installed (apt-get install chromium)",
-)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+pytestmark = needs_chromium
 
 
 def _shot(tmp_path: Path, name: str) -> Path:
@@ -91,7 +72,7 @@ async def web_worker(
     backend: Backend, started: list[asyncio.subprocess.Process], *flags: str
 ) -> str:
     """`askq worker web` as a process; its base URL once it is ready."""
-    port = _free_port()
+    port = free_port()
     proc = await _start(
         backend,
         "worker",
@@ -123,16 +104,6 @@ async def ask_process(
     proc = await _start(backend, *args, "--scope", "team=platform", "--turn", question[:20])
     started.append(proc)
     return proc
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Any]:
-    async with playwright_api.async_playwright() as p:
-        chromium = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            await chromium.close()
 
 
 async def signed_in_page(browser: Any, url: str, user: str = "alice") -> Any:

@@ -16,20 +16,21 @@ the user it goes to. `"*"` in a list lets anyone who sees the message answer.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from askq import AskError, ErrorCode, RouteTable
 
+from .._allowlist import ANYONE, Allowlist
+
 ROUTES_VAR = "ASKQ_SLACK_ROUTES"
 ALLOWLIST_VAR = "ASKQ_SLACK_ALLOWLIST"
-ANYONE = "*"
 
 USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
 TARGET = re.compile(r"^(?:[CGDUW][A-Z0-9]{2,}|#[a-z0-9][a-z0-9_-]{0,79})$")
 EXAMPLE = '{"tenant=acme": "C0ACME", "*": "C0GENERAL"}'
+USERS = Allowlist(USER_ID, "Slack user ids", "a Slack user id (U... or W...)")
 
 
 @dataclass(frozen=True)
@@ -48,22 +49,6 @@ def _config_error(message: str) -> AskError:
     return AskError(ErrorCode.CONFIG_ERROR, message)
 
 
-def parse_allowlist(raw: Any, where: str) -> frozenset[str]:
-    """A JSON list of user ids, or a comma-separated string (the env-var shorthand)."""
-    if isinstance(raw, str):
-        items: list[Any] = [part.strip() for part in raw.split(",") if part.strip()]
-    elif isinstance(raw, list):
-        items = raw
-    else:
-        raise _config_error(f"{where}: expected a list of Slack user ids")
-    for item in items:
-        if not isinstance(item, str) or not (item == ANYONE or USER_ID.match(item)):
-            raise _config_error(
-                f'{where}: {item!r} is not a Slack user id (U... or W...) or "{ANYONE}"'
-            )
-    return frozenset(items)
-
-
 def _route(value: Any, where: str, default_allow: frozenset[str] | None) -> Route:
     if isinstance(value, str):
         value = {"channel": value}
@@ -78,7 +63,7 @@ def _route(value: Any, where: str, default_allow: frozenset[str] | None) -> Rout
             f"{where}.channel: {channel!r} is not a channel id (C...), #name or user id (U...)"
         )
     if "allow" in value:
-        allow = parse_allowlist(value["allow"], f"{where}.allow")
+        allow = USERS.parse(value["allow"], f"{where}.allow")
     else:
         allow = default_allow or frozenset()
     if USER_ID.match(channel):
@@ -95,14 +80,7 @@ def parse_routes(routes_text: str, allowlist_text: str) -> Routes:
     """Read the two settings; every problem is a CONFIG_ERROR naming the variable."""
     default_allow: frozenset[str] | None = None
     if allowlist_text.strip():
-        text = allowlist_text.strip()
-        raw: Any = text
-        if text.startswith("["):
-            try:
-                raw = json.loads(text)
-            except ValueError as exc:
-                raise _config_error(f"{ALLOWLIST_VAR}: not valid JSON ({exc})") from None
-        default_allow = parse_allowlist(raw, ALLOWLIST_VAR)
+        default_allow = USERS.parse_setting(allowlist_text, ALLOWLIST_VAR)
     if not routes_text.strip():
         raise _config_error(
             f"{ROUTES_VAR} is not set: map request scopes to Slack channels, e.g. {EXAMPLE}"

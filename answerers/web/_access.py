@@ -14,18 +14,19 @@ route is `"*"` with `ASKQ_WEB_ALLOWLIST` (default: every signed-in user).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from askq import AskError, ErrorCode, RouteTable
 
+from .._allowlist import ANYONE, Allowlist
+
 ROUTES_VAR = "ASKQ_WEB_ROUTES"
 ALLOWLIST_VAR = "ASKQ_WEB_ALLOWLIST"
-ANYONE = "*"
 # A user name: what a token signs in as, or what the proxy's header says (an email).
 USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,199}$")
+USERS = Allowlist(USER_NAME, "user names", "a user name")
 
 
 def _config_error(message: str) -> AskError:
@@ -46,34 +47,14 @@ class Access(RouteTable[AccessRoute]):
         return route is not None and route.allows(user)
 
 
-def parse_users_list(raw: Any, where: str) -> frozenset[str]:
-    if isinstance(raw, str):
-        items: list[Any] = [part.strip() for part in raw.split(",") if part.strip()]
-    elif isinstance(raw, list):
-        items = raw
-    else:
-        raise _config_error(f"{where}: expected a list of user names")
-    for item in items:
-        if not isinstance(item, str) or not (item == ANYONE or USER_NAME.match(item)):
-            raise _config_error(f'{where}: {item!r} is not a user name or "{ANYONE}"')
-    return frozenset(items)
-
-
 def parse_access(routes_text: str, allowlist_text: str) -> Access:
     """Read the two settings; every problem is a CONFIG_ERROR naming the variable."""
-    text = allowlist_text.strip() or ANYONE
-    raw: Any = text
-    if text.startswith("["):
-        try:
-            raw = json.loads(text)
-        except ValueError as exc:
-            raise _config_error(f"{ALLOWLIST_VAR}: not valid JSON ({exc})") from None
-    default_allow = parse_users_list(raw, ALLOWLIST_VAR)
+    default_allow = USERS.parse_setting(allowlist_text.strip() or ANYONE, ALLOWLIST_VAR)
     if not routes_text.strip():
         return Access((({}, AccessRoute(default_allow)),))
 
     def route(value: Any, where: str) -> AccessRoute:
-        allow = default_allow if value is None else parse_users_list(value, where)
+        allow = default_allow if value is None else USERS.parse(value, where)
         if not allow:
             raise _config_error(f"{where}: nobody may answer there")
         return AccessRoute(allow)

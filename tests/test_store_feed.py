@@ -4,7 +4,6 @@ of a group hears at once (the web inbox's live pages ride on it)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 from conftest import Backend
@@ -12,12 +11,6 @@ from conftest import Backend
 from askq import ChannelStore, Seam
 
 pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
-
-
-@pytest.fixture
-async def seam(backend: Backend) -> AsyncIterator[Seam]:
-    async with backend.seam() as s:
-        yield s
 
 
 def _store(seam: Seam) -> ChannelStore:

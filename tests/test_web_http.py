@@ -13,11 +13,13 @@ from typing import Any
 import httpx
 import pytest
 from conftest import SEED, YES_JSON, Backend, running
-from web_helpers import TOKENS, client_for, csrf_of, sign_in, web_replica
+from web_helpers import TOKENS, client_for, csrf_of, sign_in, web, web_replica
 
 from askq import AskError, Caller, ErrorCode, Seam
 from askq.answerers.memory import MemoryAnswerer
 from askq.answerers.web import WebAnswerer
+
+__all__ = ["web"]  # the fixture, imported so pytest finds it
 
 CALLER = Caller(agent_id="agent-7", turn_id="turn-1")
 
@@ -77,18 +79,6 @@ async def asking(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, AskError):
                 await task
-
-
-@pytest.fixture
-async def seam(backend: Backend) -> AsyncIterator[Seam]:
-    async with backend.seam() as s:
-        yield s
-
-
-@pytest.fixture
-async def web(seam: Seam) -> AsyncIterator[WebAnswerer]:
-    async with web_replica(seam) as (_, answerer):
-        yield answerer
 
 
 @pytest.fixture

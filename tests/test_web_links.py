@@ -15,11 +15,13 @@ import pytest
 from conftest import Backend, running
 from starlette.applications import Starlette
 from test_web_http import CALLER, CONFIRM, NAME, asking
-from web_helpers import SECRET, client_for, web_replica
+from web_helpers import SECRET, client_for, web, web_replica
 
 from askq import AnswererRuntime, Seam, SignedLinks
 from askq.answerers.memory import MemoryAnswerer
 from askq.answerers.web import LINK_CSRF_COOKIE, WebAnswerer, links_routes
+
+__all__ = ["web"]  # the fixture, imported so pytest finds it
 
 LINKS = SignedLinks([SECRET])
 RECIPIENT = "bob@example.com"
@@ -39,18 +41,6 @@ async def asking_group(
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-
-
-@pytest.fixture
-async def seam(backend: Backend) -> AsyncIterator[Seam]:
-    async with backend.seam() as s:
-        yield s
-
-
-@pytest.fixture
-async def web(seam: Seam) -> AsyncIterator[WebAnswerer]:
-    async with web_replica(seam) as (_, answerer):
-        yield answerer
 
 
 def _csrf(html: str) -> str:

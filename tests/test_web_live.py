@@ -60,12 +60,6 @@ async def stream(client: httpx.AsyncClient, path: str = "/events") -> AsyncItera
         yield Events(response)
 
 
-@pytest.fixture
-async def seam(backend: Backend) -> AsyncIterator[Seam]:
-    async with backend.seam() as s:
-        yield s
-
-
 async def test_offers_appear_and_answers_elsewhere_leave_with_the_reason(seam: Seam) -> None:
     other = MemoryAnswerer(by="slack:U0BOB")
     async with web_replica(seam, serve=True) as (_, web), running(seam, other, "other"):

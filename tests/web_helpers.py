@@ -1,6 +1,6 @@
 """Shared pieces of the web inbox tests: settings, users, a replica whose app is
 reached in process (httpx's ASGI transport, on the test's own event loop, where the
-group's Redis client lives), form helpers."""
+group's Redis client lives) and the `web` fixture of one, form helpers."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 
 from askq import AnswererRuntime, Seam
 from askq.answerers.web import WebAnswerer, WebSettings, hash_token
@@ -85,3 +86,10 @@ async def signed_in_over_http(
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{web.port}", timeout=10) as client:
         await sign_in(client, user)
         yield client
+
+
+@pytest.fixture
+async def web(seam: Seam) -> AsyncIterator[WebAnswerer]:
+    """One replica of the `web` group, its app reached in process."""
+    async with web_replica(seam) as (_, answerer):
+        yield answerer

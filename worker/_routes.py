@@ -39,15 +39,13 @@ class RouteTable(Generic[R]):
         var: str,
         example: str,
         build: Callable[[Any, str], R],
-        example_if_not_json: bool = True,
     ) -> Self:
         """Read the setting `var` (set: the caller decides what unset means); every
         problem is a CONFIG_ERROR naming it, the table's with `example` beside it."""
         try:
             table = json.loads(text)
         except ValueError as exc:
-            hint = f"; e.g. {example}" if example_if_not_json else ""
-            raise _config_error(f"{var}: not valid JSON ({exc}){hint}") from None
+            raise _config_error(f"{var}: not valid JSON ({exc}); e.g. {example}") from None
         if not isinstance(table, dict) or not table:
             raise _config_error(f"{var}: expected a non-empty JSON object, e.g. {example}")
         keys = [key for key in table if key != DEFAULT]

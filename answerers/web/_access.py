@@ -59,6 +59,4 @@ def parse_access(routes_text: str, allowlist_text: str) -> Access:
             raise _config_error(f"{where}: nobody may answer there")
         return AccessRoute(allow)
 
-    return Access.parse(
-        routes_text, var=ROUTES_VAR, example='{"*": "*"}', build=route, example_if_not_json=False
-    )
+    return Access.parse(routes_text, var=ROUTES_VAR, example='{"*": "*"}', build=route)

@@ -135,11 +135,34 @@ async def close_worker(worker: Worker) -> None:
     # The poll loop first, and wait for it: close() cancels it but does not wait, and
     # a poll still running when close() has dropped the pool fails on a pool of None.
     main: asyncio.Task[None] | None = getattr(worker, "main_task", None)
-    if main is not None and not main.done():
-        main.cancel()
-        await asyncio.wait({main}, timeout=5)
+    if main is not None:
+        await _cancel_until_done(main)
     with contextlib.suppress(asyncio.CancelledError):
         await worker.close()
+
+
+async def _cancel_until_done(task: asyncio.Task[Any], tries: int = 50) -> None:
+    """Cancel a task until it ends (bounded: `tries` x 0.1 s). arq's poll loop can absorb
+    one cancellation (seen under load: it went on polling, and whatever awaited it hung),
+    so one cancel() is not enough; at its next await the next one ends it."""
+    for _ in range(tries):
+        if task.done():
+            return
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
+    log.warning("an arq worker's poll loop did not stop when cancelled")
+
+
+async def _run(worker: Worker) -> None:
+    """`worker.async_run()`, but a cancellation of ours ends the wait at once (awaiting
+    arq's poll task directly would wait for it to end, and it may absorb the cancel)."""
+    running = asyncio.ensure_future(worker.async_run())
+    try:
+        await asyncio.wait({running})
+    except asyncio.CancelledError:
+        await _cancel_until_done(running)
+        raise
+    running.result()
 
 
 async def run_supervised(name: str, make_worker: Callable[[], Worker]) -> None:
@@ -151,7 +174,7 @@ async def run_supervised(name: str, make_worker: Callable[[], Worker]) -> None:
         raise_if_cancelled()
         worker = make_worker()
         try:
-            await worker.async_run()
+            await _run(worker)
             return
         except CONNECTION_ERRORS as exc:
             log.warning("%s lost Redis (%s); restarting in %.1f s", name, exc, backoff)

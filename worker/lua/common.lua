@@ -207,8 +207,10 @@ end
 -- acknowledge it for every group it went to, so that no replica recovers an offer that
 -- is decided, and drop its deadlines. pcall: a group deleted by hand must not abort a
 -- script half-way. `also`: more timers to drop with the offer's (settle: the timeout).
+-- Returns the groups holding a claim on it (comma-joined; '' or nil for none).
 local function end_offer(k, request_id, also)
-  local tier, offer, offered = unpack(redis.call('HMGET', k.req, 'tier', 'offer', 'offered'))
+  local tier, offer, offered, claimers = unpack(redis.call('HMGET', k.req, 'tier', 'offer',
+    'offered', 'claimers'))
   if tier and offer then
     local groups = split(offered)
     -- The stream is declared: each caller checked current_view (or the tier) first.
@@ -220,6 +222,7 @@ local function end_offer(k, request_id, also)
   elseif also then
     drop_offer_timers(k, request_id, nil, {}, also)
   end
+  return claimers
 end
 
 -- Put the request on the stream of tier `priority`, offered to `members`, each with its
@@ -274,7 +277,7 @@ end
 -- (group: the group it settled through; reason: why it was cancelled; defaulted).
 local function settle(k, request_id, state, code, body, by, note)
   note = note or {}
-  end_offer(k, request_id, {'timeout|' .. request_id})
+  local claimers = end_offer(k, request_id, {'timeout|' .. request_id})
   redis.call('SREM', k.asked, request_id)
   local now = now_ms()
   redis.call('HSET', k.req, 'state', state, 'code', code, 'by', by,
@@ -298,6 +301,11 @@ local function settle(k, request_id, state, code, body, by, note)
   redis.call('ZREMRANGEBYSCORE', k.recent, '-inf', now - settled_ttl * 1000)
   redis.call('ZREMRANGEBYRANK', k.recent, 0, -(recent_max + 1))
   redis.call('EXPIRE', k.recent, settled_ttl)
+  -- Only a replica of a group that claims the request shows it (_shown.py), so only a
+  -- claim needs the event to retract; a request settled with no claim held (an auto
+  -- answer, a timeout or cancel while offered, declines all the way down) wakes nobody.
+  -- What settled is counted from the trail, not from this stream.
+  if claimers == nil or claimers == '' then return end
   if note.reason then
     announce(k, request_id, state, code, by, 'reason', note.reason)
   else

@@ -325,7 +325,7 @@ local function settle(k, request_id, state, code, body, by, note, r)
   -- claim needs the event to retract; a request settled with no claim held (an auto
   -- answer, a timeout or cancel while offered, declines all the way down) wakes nobody.
   -- What settled is counted from the trail, not from this stream.
-  if claimers == nil or claimers == '' then return end
+  if not claimers or claimers == '' then return end
   if note.reason then
     announce(k, request_id, state, code, by, 'reason', note.reason)
   else

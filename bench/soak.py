@@ -21,7 +21,8 @@ keys left, by kind. Per-request and per-caller keys (`req`, `reply`, `turn`,
 `aborted`, `inbox`, `asked`, `alive`, `agent`, and members left in `timers`) must all
 be gone. What stays is the deployment's own: the group registry (`groups`,
 `groupinfo`, `live`, `consumers:<group>`), the tier streams and their consumer groups,
-the capped `events` stream, the `callers` set (empty once its processes are forgotten),
+the capped `events` stream (the run counts settlements from the audit stream, then
+deletes it), the `callers` set (empty once its processes are forgotten),
 the `timers:wake` list and the sweeper's arq queue keys.
 
 Exit status 1 if anything was lost, settled twice, answered differently from its stored
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import signal
@@ -45,6 +47,7 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from askq import AskError, Caller, ErrorCode, Seam, Settings, Settlement
+from askq._audit import SETTLED_EVENTS
 
 from . import _procs
 from ._common import QUESTION, fmt_s, key_pattern
@@ -52,7 +55,6 @@ from ._redis_cluster import RedisCluster
 from ._redis_server import RedisServer
 
 PREFIX = "soak"
-TERMINAL = {"ANSWERED", "FAILED", "CANCELLED"}
 PER_REQUEST = {
     "req",
     "reply",
@@ -101,7 +103,10 @@ class Run:
             "block_seconds": 2.0,
             "sweep_interval": 1.0,
             "poll_delay": 0.1,
-            "events_maxlen": 10_000_000,  # every settlement stays countable
+            # Every transition also goes to the audit stream, capped far above what a
+            # run writes: each settlement stays countable (the events stream has only
+            # those with a claim to retract; a trail expires with its request).
+            "audit_stream_maxlen": 10_000_000,
         }
 
 
@@ -265,14 +270,14 @@ async def ask_all(run: Run, seam: Seam, kinds: list[str], tally: Tally) -> None:
     await asyncio.gather(*background, return_exceptions=True)
 
 
-async def settlement_events(r: aioredis.Redis, events_key: str) -> Counter[str]:
-    """request id -> settlement events in the events stream."""
+async def settlement_events(r: aioredis.Redis, audit_log: str) -> Counter[str]:
+    """request id -> settlements recorded in the audit stream (`{p}:audit`)."""
     counts: Counter[str] = Counter()
     start = "-"
     while True:
-        batch = await r.xrange(events_key, start, "+", count=10_000)
+        batch = await r.xrange(audit_log, start, "+", count=10_000)
         for _, fields in batch:
-            if fields.get("state") in TERMINAL:
+            if json.loads(fields.get("entry", "{}")).get("e") in SETTLED_EVENTS:
                 counts[fields["request"]] += 1
         if len(batch) < 10_000:
             return counts
@@ -329,7 +334,8 @@ async def soak(run: Run) -> int:
                 asked_for = time.monotonic() - ready
                 keys = seam.keys
             ids = [tally.ids.get(i, "") for i in range(run.n)]
-            events = await settlement_events(r, keys.events)
+            events = await settlement_events(r, keys.audit_log)
+            await r.delete(keys.audit_log)  # the run's own opt-in: counted, not kept
             unsettled = set(await r.zrange(keys.pending, 0, -1))
             settled = [tally.stored.get(i) for i in range(run.n)]
             # An ask for a turn already aborted is refused at once (no request is made,
@@ -431,7 +437,7 @@ async def soak(run: Run) -> int:
         print(
             f"{'':<{w}}ask {i} ({kinds[i]}, request {ids[i]}): caller got"
             f" {tally.outcomes.get(i)}, stored {stored and (stored.state, stored.code)},"
-            f" {events[ids[i]]} settlement events, {'still' if ids[i] in unsettled else 'not'}"
+            f" {events[ids[i]]} settlements, {'still' if ids[i] in unsettled else 'not'}"
             " pending"
         )
     print(f"{'settled twice (must be 0)':<{w}}{twice}")

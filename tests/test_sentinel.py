@@ -209,7 +209,7 @@ async def _failover_under_load(
     async with Seam(settings=settings(sentinels)) as seam:  # type: ignore[arg-type]
         found = [await seam.idempotent_request(o["key"]) for o in outcomes]
         ids = [request_id for request_id in found if request_id is not None]
-        events = await events_by_request(seam)
+        events = await events_by_request(seam, ids)
         twice = sum(settlements(events, i) > 1 for i in ids)
         unsettled = sum(settlements(events, i) == 0 for i in ids)
         answered_twice = max(

@@ -9,6 +9,7 @@ import pytest
 from conftest import SEED, YES, YES_JSON, Backend, running, sweeping
 
 from askq import Answerer, AnswererOptions, AskError, Caller, ErrorCode, Offer, Seam
+from askq._audit import settlement_counts
 from askq.answerers.memory import MemoryAnswerer
 
 
@@ -143,8 +144,7 @@ async def test_two_sweepers_fire_each_timer_once(backend: Backend, seam: Seam) -
     human = MemoryAnswerer()
     async with running(seam, human, "desk", escalate_after=0.4):
         tasks = [asyncio.create_task(seam.ask(SEED, caller(f"t{i}"))) for i in range(n)]
-        for _ in range(n):
-            await human.next_presented()
+        ids = [(await human.next_presented()).request_id for _ in range(n)]
         async with sweeping(backend) as one, sweeping(backend) as two:
             results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 15)
             # A sweeper counts a timer once its fire returns, which may be just after
@@ -156,10 +156,7 @@ async def test_two_sweepers_fire_each_timer_once(backend: Backend, seam: Seam) -
             fired = one.fired + two.fired
     assert all(isinstance(r, AskError) and r.code == ErrorCode.NO_ANSWERER for r in results)
     assert fired == n  # each escalation fired once, by one of the two
-    settled: dict[str, int] = {}
-    for _, fields in await seam.redis.xrange(seam.keys.events):
-        if fields["state"] in ("ANSWERED", "FAILED", "CANCELLED"):
-            settled[fields["request"]] = settled.get(fields["request"], 0) + 1
+    settled = await settlement_counts(seam.redis, seam.keys, ids)  # from the trails
     assert len(settled) == n and set(settled.values()) == {1}
 
 

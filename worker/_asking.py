@@ -37,16 +37,19 @@ from ._models import (
     parse_input,
 )
 from ._pending import PendingAsk
+from ._pipeline import MAX_BATCH
 from ._reasons import CancelReason
 from ._replies import Reply, refusal
-from ._requests import RequestInfo, Requests
-from ._scripts import Scripts
+from ._requests import Requests
+from ._scripts import RequestFacts, Scripts
 from ._settings import Settings
 from ._tracing import ask_span
 from ._types import AbortSignal, OnTimeout
 from ._waiter import ReplyWaiter
 
 log = logging.getLogger("askq.seam")
+
+PUBLISHING = 2 * MAX_BATCH
 
 
 def idempotency_digest(key: str) -> str:
@@ -135,6 +138,11 @@ class Asking:
             self.keys.request,
         )
         self.agents: dict[str, str | None] = {}  # agents kept live here -> their owner
+        # Asks being published at once (PendingAsk.publish). A send holds its script
+        # call's keys and arguments (~4 KB) until its pipeline goes out; 100,000 asks
+        # started at once would hold them all at the same moment, and the process's
+        # peak memory with them. Two pipelines' worth keeps Redis busy all the same.
+        self.publishing = asyncio.Semaphore(PUBLISHING)
         self._beating: asyncio.Future[None] | None = None
         self._background: set[asyncio.Future[Any]] = set()
 
@@ -171,18 +179,23 @@ class Asking:
             if signal is not None and signal.is_set():
                 raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE)
             pending = PendingAsk(self, request, timeout_ms, body)
+            # From here on the ask is its PendingAsk: a pending ask keeps no models (the
+            # request's are ~2.5 KB of 7 a pending ask held; the caller's input may be
+            # released too).
+            agent_id = caller.agent_id
+            del request, questions, caller, default
             try:
                 reply = await pending.publish(signal)
             except asyncio.CancelledError:
                 # Cancelled while publishing: the request may be out there with nobody
                 # waiting for it, so withdraw it (a no-op if it never got published).
                 pending.forget()
-                await self.withdraw(pending.request_id)
+                await self.withdraw(pending.request_id, pending.facts())
                 raise
             except BaseException:
                 pending.forget()
                 if pending.maybe_sent:  # it may be live, with nobody waiting for it now
-                    await self.withdraw(pending.request_id)
+                    await self.withdraw(pending.request_id, pending.facts())
                 raise
             if reply.kind is Reply.SETTLED:
                 pending.forget()
@@ -196,13 +209,15 @@ class Asking:
                 raise refusal(
                     reply,
                     pending.request_id,
-                    agent_id=caller.agent_id,
+                    agent_id=agent_id,
                     idempotency_key=idempotency_key,
                 )
-            if pending.request_id == request.id:
-                self.requests.remember(RequestInfo(request=request, inbox=pending.inbox))
-            else:  # reattached to an earlier ask's request: its own facts are in Redis
+            if pending.request_id != pending.first_id:
+                # Reattached to an earlier ask's request: its facts are in Redis, and
+                # what this process may have cached of it names the old inbox. (A new
+                # request's facts are not cached: its PendingAsk holds them.)
                 self.requests.forget(pending.request_id)
+            del reply
             self.waiter.published(pending.request_id)
             if on_published is not None:
                 on_published(pending.request_id)
@@ -229,37 +244,48 @@ class Asking:
         *,
         by: str,
         reason: CancelReason = CancelReason.WITHDRAWN,
+        facts: RequestFacts | None = None,
     ) -> bool:
-        """Settle a pending request as CANCELLED; False if it had already settled."""
+        """Settle a pending request as CANCELLED; False if it had already settled.
+        `facts`: its keys' facts, when the caller has them (else they are read)."""
         body = Settlement(state="CANCELLED", code=code, message=message, by=by)
         reply = await self.scripts.cancel(
-            request_id, code.value, body.model_dump_json(exclude_none=True), by, reason.value
+            request_id,
+            code.value,
+            body.model_dump_json(exclude_none=True),
+            by,
+            reason.value,
+            facts,
         )
         return reply.kind is Reply.CANCELLED
 
-    async def withdraw(self, request_id: str) -> bool:
+    async def withdraw(self, request_id: str, facts: RequestFacts | None = None) -> bool:
         """The caller gives up on its ask (signal, cancelled task, or a publication it
         could not confirm). Shielded, so it completes even while the caller's task is
         being cancelled. True once Redis has it (or nothing was left to withdraw);
         False when Redis is out of reach: it is then retried in the background until it
         lands, so a question nobody waits for does not stay answerable."""
-        return await asyncio.shield(self._withdraw_once(request_id, retry_later=True))
+        return await asyncio.shield(self._withdraw_once(request_id, facts, retry_later=True))
 
-    async def _withdraw_once(self, request_id: str, *, retry_later: bool) -> bool:
+    async def _withdraw_once(
+        self, request_id: str, facts: RequestFacts | None, *, retry_later: bool
+    ) -> bool:
         try:
-            await self.cancel(request_id, ErrorCode.ABORTED, WITHDRAWN_MESSAGE, by="caller")
+            await self.cancel(
+                request_id, ErrorCode.ABORTED, WITHDRAWN_MESSAGE, by="caller", facts=facts
+            )
         except AskError as exc:
             if exc.code is ErrorCode.REDIS_UNAVAILABLE:
                 if retry_later:
-                    self._spawn(self._withdraw_later(request_id))
+                    self._spawn(self._withdraw_later(request_id, facts))
                 return False
             if exc.code is not ErrorCode.NOT_FOUND:  # NOT_FOUND: it was never published
                 log.warning("could not withdraw %s: %s", request_id, exc)
         return True
 
-    async def _withdraw_later(self, request_id: str) -> None:
+    async def _withdraw_later(self, request_id: str, facts: RequestFacts | None) -> None:
         pause = 0.1
-        while not await self._withdraw_once(request_id, retry_later=False):
+        while not await self._withdraw_once(request_id, facts, retry_later=False):
             await asyncio.sleep(pause)
             pause = min(pause * 2, 5.0)
 

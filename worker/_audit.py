@@ -101,6 +101,27 @@ def parse_trail(lines: Sequence[str]) -> list[AuditEntry]:
     return out
 
 
+# The trail's events that settle a request (`settled_event` in lua/common.lua).
+SETTLED_EVENTS = frozenset({"answered", "defaulted", "timed_out", "cancelled", "failed"})
+
+
+async def settlement_counts(redis: Redis, keys: Keys, ids: Sequence[str]) -> dict[str, int]:
+    """request id -> how many settlements its trail records (1 for a settled request,
+    0 for one pending or never made; more would be a double settlement). What the fault
+    tests and the soak check: the trail is written in the step that settles, and, unlike
+    the events stream, a settlement with no claim to retract is recorded there too."""
+    out: dict[str, int] = {}
+    for start in range(0, len(ids), PAGE):
+        page = [i for i in ids[start : start + PAGE] if i]
+        async with redis.pipeline(transaction=False) as pipe:
+            for request_id in page:
+                pipe.lrange(keys.audit(request_id), 0, -1)
+            trails = await pipe.execute()
+        for request_id, trail in zip(page, trails, strict=True):
+            out[request_id] = sum(1 for entry in parse_trail(trail) if entry.e in SETTLED_EVENTS)
+    return out
+
+
 class RequestDetail(BaseModel):
     """Everything `askq show` tells about one request."""
 

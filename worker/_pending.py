@@ -21,7 +21,7 @@ from ._errors import AskError, ErrorCode
 from ._messages import WITHDRAWN_MESSAGE
 from ._models import AskRequest, Settlement
 from ._replies import Reply, ScriptReply
-from ._scripts import AskSend
+from ._scripts import AskSend, RequestFacts
 from ._types import AbortSignal
 
 if TYPE_CHECKING:
@@ -58,16 +58,26 @@ async def _aborted_within(signal: AbortSignal | None, seconds: float) -> bool:
 
 class PendingAsk:
     """One ask, from expecting its reply to its outcome. `request_id` and `future`
-    follow the request it ends up waiting on (another ask's, after a REDIRECT)."""
+    follow the request it ends up waiting on (another ask's, after a REDIRECT).
 
-    # One per pending ask, 10,000 of them in a busy process: no __dict__ each.
+    It keeps the request as the JSON it sends and the few ids its keys are made of, not
+    as models: 100,000 asks pending in one process each hold one of these (the models of
+    a request are ~2.5 KB; its JSON ~0.5 KB)."""
+
+    # One per pending ask, 100,000 of them in a busy process: no __dict__ each.
     __slots__ = (
         "asking",
-        "request",
         "request_id",
+        "first_id",
         "inbox",
         "maybe_sent",
         "future",
+        "_payload",
+        "_turn",
+        "_agent",
+        "_claimed_owner",
+        "_idempotency",
+        "_fingerprint",
         "_owner",
         "_mode",
         "_gone",
@@ -77,17 +87,29 @@ class PendingAsk:
 
     def __init__(self, asking: Asking, request: AskRequest, timeout_ms: int, body: str) -> None:
         self.asking = asking
-        self.request = request
-        self.request_id = request.id
+        self.request_id = self.first_id = request.id
         self.inbox = asking.inbox
         self.maybe_sent = False  # a send of this request id may have run
-        self._owner = request.caller.owner or asking.agents.get(request.caller.agent_id) or ""
+        caller = request.caller
+        self._payload = request.model_dump_json(by_alias=True, exclude_defaults=True)
+        self._turn, self._agent = caller.turn_id, caller.agent_id
+        self._claimed_owner = caller.owner or ""
+        self._idempotency = request.idempotency
+        self._fingerprint = fingerprint(request) if request.idempotency is not None else ""
+        self._owner = caller.owner or asking.agents.get(caller.agent_id) or ""
         self._mode = "new"
         self._gone = ""
         self._timeout_ms = timeout_ms
         self._timeout_body = body
         self.future: asyncio.Future[Settlement] = asking.waiter.expect(request.id)
         asking.keep_alive()  # heartbeat this caller process while the ask is out
+
+    def facts(self) -> RequestFacts | None:
+        """Its request's key facts, when it waits on the request it asked (not on one an
+        idempotency key named: that one's facts are in Redis)."""
+        if self.request_id != self.first_id:
+            return None
+        return RequestFacts(self.inbox, self._turn, self._idempotency)
 
     def forget(self) -> None:
         """This ask no longer waits (it failed, settled at once, or was cancelled)."""
@@ -105,7 +127,10 @@ class PendingAsk:
         hops, pause = 0, RESEND_FIRST
         while True:
             try:
-                reply = await self.asking.scripts.ask(self._send())
+                async with self.asking.publishing:  # bounded: see Asking.publishing
+                    if signal is not None and signal.is_set() and not self.maybe_sent:
+                        raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE)
+                    reply = await self.asking.scripts.ask(self._send())
             except AskError as exc:
                 if exc.code is not ErrorCode.REDIS_UNAVAILABLE:
                     raise
@@ -130,19 +155,22 @@ class PendingAsk:
                 self._switch(reply.value(0), "attach")
             else:  # GONE: the request the index named expired; ask anew
                 self._gone = self.request_id
-                self._switch(self.request.id, "new")
+                self._switch(self.first_id, "new")
 
     def _send(self) -> AskSend:
-        request, asking = self.request, self.asking
+        asking = self.asking
         return AskSend(
-            request=request,
+            turn_id=self._turn,
+            agent_id=self._agent,
+            claimed_owner=self._claimed_owner,
+            idempotency=self._idempotency,
             request_id=self.request_id,
-            payload_json=request.model_dump_json(by_alias=True, exclude_defaults=True),
+            payload_json=self._payload,
             inbox=self.inbox,
             owner=self._owner,
             timeout_ms=self._timeout_ms,
             timeout_settlement=self._timeout_body,
-            fingerprint=fingerprint(request) if request.idempotency is not None else "",
+            fingerprint=self._fingerprint,
             mode=self._mode,
             resent=self.maybe_sent,
             gone=self._gone,
@@ -161,14 +189,16 @@ class PendingAsk:
                     await asyncio.wait({future, fired}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     fired.cancel()
-                if not future.done() and not await asking.withdraw(self.request_id):
+                if not future.done() and not await asking.withdraw(
+                    self.request_id, self.facts()
+                ):
                     # Redis out of reach: the withdrawal lands once it is back; the
                     # turn is over now.
                     raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE)
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             if not future.done():
-                await asking.withdraw(self.request_id)
+                await asking.withdraw(self.request_id, self.facts())
             raise
         finally:
             if not future.done():
@@ -180,7 +210,9 @@ class PendingAsk:
         pause = 0.05
         while not self.future.done():
             try:
-                reply = await self.asking.scripts.fire(f"timeout|{self.request_id}")
+                reply = await self.asking.scripts.fire(
+                    f"timeout|{self.request_id}", self.facts()
+                )
                 if reply.kind is not Reply.FIRED:
                     # Fired by someone else (its settlement is on its way), or the
                     # request is gone: either way this ask must end.

@@ -24,7 +24,6 @@ from ._errors import AskError, ErrorCode
 from ._keys import Keys
 from ._lua import Script, load
 from ._messages import TAKEN_OVER
-from ._models import AskRequest
 from ._pipeline import ScriptPipeline
 from ._replies import Reply, ScriptReply
 from ._requests import Requests
@@ -55,10 +54,22 @@ KeySource = Callable[[bool], Awaitable[Mapping[str, str]]]
 
 
 @dataclass(frozen=True, slots=True)
+class RequestFacts:
+    """What a request's keys are made of, as its caller knows them (no read needed)."""
+
+    inbox: str
+    turn_id: str
+    idempotency: str | None  # the digest of its idempotency key
+
+
+@dataclass(frozen=True, slots=True)
 class AskSend:
     """One send of ask.lua (lua/ask.lua's header says what each is)."""
 
-    request: AskRequest  # the request as this caller built it
+    turn_id: str
+    agent_id: str
+    claimed_owner: str  # the owner the caller claims ('' for none)
+    idempotency: str | None  # the digest of its idempotency key
     request_id: str  # its id, or the id of the request the idempotency index named
     payload_json: str
     inbox: str
@@ -208,11 +219,18 @@ class Scripts:
             "audit": k.audit(request_id),
         }
 
-    def _of_request(self, request_id: str, **more: str) -> KeySource:
-        """The keys of a request already asked, from its facts (read again on STALE:
-        its caller may have moved)."""
+    def _of_request(
+        self, request_id: str, facts: RequestFacts | None = None, **more: str
+    ) -> KeySource:
+        """The keys of a request already asked, from its facts: `facts` when its caller
+        gives them, else cached or read (read again on STALE: its caller may have moved)."""
 
         async def keys(fresh: bool) -> Mapping[str, str]:
+            if facts is not None and not fresh:
+                found = self.request_keys(
+                    request_id, facts.inbox, facts.turn_id, facts.idempotency
+                )
+                return {**found, **more}
             info = await self.requests.info(request_id, fresh=fresh)
             request = info.request
             found = self.request_keys(
@@ -225,7 +243,7 @@ class Scripts:
     # --- the caller's transitions ------------------------------------------------------
 
     async def ask(self, send: AskSend) -> ScriptReply:
-        k, caller = self.keys, send.request.caller
+        k = self.keys
         prev_inbox = send.inbox
 
         async def keys(fresh: bool) -> Mapping[str, str]:
@@ -233,15 +251,13 @@ class Scripts:
             if fresh and send.fingerprint:  # an idempotent ask: where it replies now
                 row = await self.requests.row(send.request_id)
                 prev_inbox = (row.inbox if row else None) or send.inbox
-            found = self.request_keys(
-                send.request_id, send.inbox, caller.turn_id, send.request.idempotency
-            )
+            found = self.request_keys(send.request_id, send.inbox, send.turn_id, send.idempotency)
             return {
                 **found,
                 "prev_inbox": prev_inbox,
                 "prev_asked": k.asked(k.process_of(prev_inbox)),
                 "owner": k.agent(send.owner),
-                "agent": k.agent(caller.agent_id),
+                "agent": k.agent(send.agent_id),
             }
 
         return await self._run(
@@ -250,9 +266,9 @@ class Scripts:
             {
                 "request_id": send.request_id,
                 "payload_json": send.payload_json,
-                "turn_id": caller.turn_id,
-                "agent_id": caller.agent_id,
-                "claimed_owner": caller.owner or "",
+                "turn_id": send.turn_id,
+                "agent_id": send.agent_id,
+                "claimed_owner": send.claimed_owner,
                 "process": send.process,
                 "caller_ttl_ms": send.caller_ttl_ms,
                 "timeout_ms": send.timeout_ms,
@@ -267,7 +283,13 @@ class Scripts:
         )
 
     async def cancel(
-        self, request_id: str, code: str, settlement: str, by: str, reason: str
+        self,
+        request_id: str,
+        code: str,
+        settlement: str,
+        by: str,
+        reason: str,
+        facts: RequestFacts | None = None,
     ) -> ScriptReply:
         args = {
             "request_id": request_id,
@@ -276,15 +298,17 @@ class Scripts:
             "by": by,
             "reason": reason,
         }
-        return await self._run("cancel", self._of_request(request_id), args)
+        return await self._run("cancel", self._of_request(request_id, facts), args)
 
-    async def fire(self, timer: str) -> ScriptReply:
+    async def fire(self, timer: str, facts: RequestFacts | None = None) -> ScriptReply:
         """Fire a due timer (`timeout|<id>`, `window|<id>|<offer>|<group>`, ...). The
         timer of a request that is gone (expired) is dropped: nothing is left to do."""
         request_id = timer.split("|")[1]
         try:
             return await self._run(
-                "fire", self._of_request(request_id), {"request_id": request_id, "timer": timer}
+                "fire",
+                self._of_request(request_id, facts),
+                {"request_id": request_id, "timer": timer},
             )
         except AskError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:

@@ -12,5 +12,5 @@ local r = load()
 if not r.state or TERMINAL[r.state] then return gone(r) end
 if not contains(r.claimers, group) then return {'NOT_CLAIMED', r.state} end
 if not current_view(r) then return {'STALE'} end
-settle(K, request_id, 'ANSWERED', '', A.settlement, A.by, {group = group})
+settle(K, request_id, 'ANSWERED', '', A.settlement, A.by, {group = group}, r)
 return {'ANSWERED'}

@@ -5,9 +5,9 @@
 -- same ask again because it never got the reply to its first send (a timeout, a lost
 -- connection: the first send may have run).
 -- uses: req reply payload timeout_body idem inbox asked alive prev_inbox prev_asked
--- uses: turn aborted owner agent pending events groups live group_info timers wake
+-- uses: turn aborted owner agent pending groups live group_info timers wake
 -- uses: callers audit audit_log +tiers
--- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id
+-- args: tier_prefix settled_ttl audit_maxlen request_id
 -- args: payload_json turn_id agent_id
 -- args: claimed_owner process caller_ttl_ms timeout_ms timeout_settlement fingerprint
 -- args: taken_over mode resent gone agent_prefix
@@ -84,18 +84,19 @@ if not tier_stream(priority) then return {'STALE'} end
 -- The payload has its own key: kept out of the hash, the hash stays small enough for
 -- Redis's compact encoding (hash-max-listpack-value), about 1 KiB less per request.
 redis.call('SET', K.payload, A.payload_json)
-redis.call('HSET', K.req, 'inbox', K.inbox, 'turn', A.turn_id,
-  'agent', A.agent_id, 'created_ms', now, 'fingerprint', A.fingerprint)
+-- The hash's own fields go in with the offer's (one HSET).
+local fields = {'inbox', K.inbox, 'turn', A.turn_id, 'agent', A.agent_id, 'created_ms', now,
+  'fingerprint', A.fingerprint}
 if idempotent then  -- (abort_turn reads which index to expire from the hash)
   redis.call('SET', K.idem, request_id)
-  redis.call('HSET', K.req, 'idem', K.idem)
+  fields[#fields + 1], fields[#fields + 2] = 'idem', K.idem
 end
 local timeout = tonumber(A.timeout_ms)
 -- (the agent and turn are in the payload: the trail of a pending request stays small)
-audit(K, request_id, 'asked', {owner = given(owner), timeout_ms = timeout > 0 and timeout or nil,
-  idempotent = idempotent or nil})
+local asked = {'asked', {owner = given(owner), timeout_ms = timeout > 0 and timeout or nil,
+  idempotent = idempotent or nil}}
 local entry = offer_to(K, request_id, priority, members, now,
-  {inbox = K.inbox, payload = A.payload_json, info = infos})
+  {inbox = K.inbox, payload = A.payload_json, info = infos, fields = fields, first = asked})
 if timeout > 0 then
   redis.call('SET', K.timeout_body, A.timeout_settlement)
   add_timer(K, 'timeout|' .. request_id, now + timeout)

@@ -10,5 +10,5 @@
 local r = load()
 if not r.state or TERMINAL[r.state] then return gone(r) end
 if not current_view(r) then return {'STALE'} end
-settle(K, request_id, 'CANCELLED', A.code, A.settlement, A.by, {reason = A.reason})
+settle(K, request_id, 'CANCELLED', A.code, A.settlement, A.by, {reason = A.reason}, r)
 return {'CANCELLED'}

@@ -12,5 +12,5 @@ local r = load()
 local reply = not_deciding(r, group, A.tier, A.offer)
 if reply and reply[1] ~= 'CLAIMED' then return reply end
 if not current_view(r) then return {'STALE'} end
-settle(K, request_id, 'ANSWERED', '', A.settlement, A.by, {group = group})
+settle(K, request_id, 'ANSWERED', '', A.settlement, A.by, {group = group}, r)
 return {'ANSWERED'}

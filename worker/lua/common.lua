@@ -1,7 +1,8 @@
 -- Shared by every request script (included where a script says `--@include common`).
--- Such a script declares the arguments tier_prefix, settled_ttl, events_maxlen,
--- audit_maxlen and recent_max, and the keys audit (the request's trail) and audit_log
--- (the deployment's audit stream); one that may settle a request declares recent too.
+-- Such a script declares the arguments tier_prefix, settled_ttl and audit_maxlen, and
+-- the keys audit (the request's trail) and audit_log (the deployment's audit stream);
+-- one that may settle a request or send an event declares the key events and the
+-- arguments events_maxlen and recent_max too, and one that may settle, the key recent.
 --
 -- A script that may move a request to another tier gets the streams of every tier the
 -- caller knows of (`+tiers`); one that acts on the group's own tier, that one stream. A
@@ -49,18 +50,27 @@ end
 -- event, and its facts), so the trail cannot disagree with the state. It expires with
 -- the request (settle). With audit_maxlen > 0 the entry also goes to the capped
 -- deployment stream `{p}:audit` that `askq audit tail` follows.
--- k = {audit, audit_log}
-local function audit(k, request_id, event, facts)
-  local entry = facts or {}
-  entry.t, entry.e = now_ms(), event
-  local line = cjson.encode(entry)
-  if redis.call('RPUSH', k.audit, line) > AUDIT_MAX then
+-- k = {audit, audit_log}. `entries`: {event, facts} pairs, in order, in one RPUSH.
+local function audit_all(k, request_id, entries)
+  local lines = {}
+  for i, pair in ipairs(entries) do
+    local entry = pair[2] or {}
+    entry.t, entry.e = now_ms(), pair[1]
+    lines[i] = cjson.encode(entry)
+  end
+  if redis.call('RPUSH', k.audit, unpack(lines)) > AUDIT_MAX then
     redis.call('LTRIM', k.audit, -AUDIT_MAX, -1)
   end
   if audit_maxlen > 0 then
-    redis.call('XADD', k.audit_log, 'MAXLEN', '~', audit_maxlen, '*', 'request', request_id,
-      'entry', line)
+    for _, line in ipairs(lines) do
+      redis.call('XADD', k.audit_log, 'MAXLEN', '~', audit_maxlen, '*', 'request', request_id,
+        'entry', line)
+    end
   end
+end
+
+local function audit(k, request_id, event, facts)
+  audit_all(k, request_id, {{event, facts}})
 end
 
 -- A string fact, or nothing (cjson has no way to leave out an empty string).
@@ -207,8 +217,16 @@ end
 -- acknowledge it for every group it went to, so that no replica recovers an offer that
 -- is decided, and drop its deadlines. pcall: a group deleted by hand must not abort a
 -- script half-way. `also`: more timers to drop with the offer's (settle: the timeout).
-local function end_offer(k, request_id, also)
-  local tier, offer, offered = unpack(redis.call('HMGET', k.req, 'tier', 'offer', 'offered'))
+-- `r`: the request as the script read it (load(), unchanged since), else it is read.
+-- Returns the groups holding a claim on it (comma-joined; '' or nil for none).
+local function end_offer(k, request_id, also, r)
+  local tier, offer, offered, claimers
+  if r then
+    tier, offer, offered, claimers = r.tier, r.offer, r.offered, r.claimers_raw
+  else
+    tier, offer, offered, claimers = unpack(redis.call('HMGET', k.req, 'tier', 'offer',
+      'offered', 'claimers'))
+  end
   if tier and offer then
     local groups = split(offered)
     -- The stream is declared: each caller checked current_view (or the tier) first.
@@ -220,13 +238,16 @@ local function end_offer(k, request_id, also)
   elseif also then
     drop_offer_timers(k, request_id, nil, {}, also)
   end
+  return claimers
 end
 
 -- Put the request on the stream of tier `priority`, offered to `members`, each with its
 -- decision window. The entry carries the payload, so a worker decides on a fresh offer
 -- without reading the hash. Any earlier offer was ended first (end_offer). `known`:
 -- the inbox and payload when the caller has them at hand (ask), else they are read;
--- `known.info`: the members' registry entries, as route() read them.
+-- `known.info`: the members' registry entries, as route() read them; `known.fields`:
+-- more fields of the hash to write with the offer's, and `known.first`: a trail entry
+-- ({event, facts}) to write before the offer's (ask: one HSET and one RPUSH, not two).
 local function offer_to(k, request_id, priority, members, now, known)
   known = known or {}
   local inbox = known.inbox or redis.call('HGET', k.req, 'inbox')
@@ -237,8 +258,9 @@ local function offer_to(k, request_id, priority, members, now, known)
     'payload', payload, 'inbox', inbox)
   local list = table.concat(members, ',')
   redis.call('HSET', k.req, 'state', 'OFFERED', 'tier', priority, 'offer', entry,
-    'offered', list, 'undecided', list, 'claimers', '')
-  audit(k, request_id, 'offered', {tier = tonumber(priority), groups = list})
+    'offered', list, 'undecided', list, 'claimers', '', unpack(known.fields or {}))
+  local offered = {'offered', {tier = tonumber(priority), groups = list}}
+  audit_all(k, request_id, known.first and {known.first, offered} or {offered})
   for _, group in ipairs(members) do
     local window = timing(k.group_info, group, (known.info or {})[group]).window
     if window > 0 then add_timer(k, timer_of('window', request_id, entry, group), now + window) end
@@ -272,9 +294,10 @@ end
 -- expired). k = {req, reply, inbox, turn, pending, events, timers, asked, payload,
 -- timeout_body, idem, audit, audit_log, recent}. `note`: the trail entry's facts
 -- (group: the group it settled through; reason: why it was cancelled; defaulted).
-local function settle(k, request_id, state, code, body, by, note)
+-- `r`: the request as load() read it, when nothing changed it since (saves a read).
+local function settle(k, request_id, state, code, body, by, note, r)
   note = note or {}
-  end_offer(k, request_id, {'timeout|' .. request_id})
+  local claimers = end_offer(k, request_id, {'timeout|' .. request_id}, r)
   redis.call('SREM', k.asked, request_id)
   local now = now_ms()
   redis.call('HSET', k.req, 'state', state, 'code', code, 'by', by,
@@ -298,6 +321,11 @@ local function settle(k, request_id, state, code, body, by, note)
   redis.call('ZREMRANGEBYSCORE', k.recent, '-inf', now - settled_ttl * 1000)
   redis.call('ZREMRANGEBYRANK', k.recent, 0, -(recent_max + 1))
   redis.call('EXPIRE', k.recent, settled_ttl)
+  -- Only a replica of a group that claims the request shows it (_shown.py), so only a
+  -- claim needs the event to retract; a request settled with no claim held (an auto
+  -- answer, a timeout or cancel while offered, declines all the way down) wakes nobody.
+  -- What settled is counted from the trail, not from this stream.
+  if not claimers or claimers == '' then return end
   if note.reason then
     announce(k, request_id, state, code, by, 'reason', note.reason)
   else
@@ -318,9 +346,9 @@ end
 
 -- Everyone at the current tier declined or released: offer to the next tier, or fail.
 -- Checks before writing; returns nil when a needed stream was not declared.
--- k = {req, groups, live, group_info, payload}
-local function plan_fall_through(k)
-  local tier = tonumber(redis.call('HGET', k.req, 'tier'))
+-- k = {req, groups, live, group_info, payload}; `r`: the request as load() read it.
+local function plan_fall_through(k, r)
+  local tier = tonumber(r.tier)
   local now = now_ms()
   local scope_of = scope_reader(function()
     return redis.call('GET', k.payload) or redis.call('HGET', k.req, 'payload')
@@ -333,13 +361,15 @@ end
 -- `shown`: a group of the tier held a claim (it may show the question), so its
 -- replicas are told the request moved on; after declines only, nobody showed it and
 -- no replica is woken for nothing.
-local function fall_through(k, request_id, plan, shown)
+-- `r`: the request as load() read it, unchanged since (no read of it again).
+local function fall_through(k, request_id, plan, shown, r)
   if plan.priority == nil then
-    settle(k, request_id, 'FAILED', 'NO_ANSWERER', no_answerer_body(), '')
+    settle(k, request_id, 'FAILED', 'NO_ANSWERER', no_answerer_body(), '', nil, r)
     return 'FAILED'
   end
-  end_offer(k, request_id)
-  offer_to(k, request_id, plan.priority, plan.members, plan.now, {info = plan.infos})
+  end_offer(k, request_id, nil, r)
+  offer_to(k, request_id, plan.priority, plan.members, plan.now,
+    {info = plan.infos, inbox = r.inbox})
   if shown then
     announce(k, request_id, 'OFFERED', '', '', 'tier', plan.priority)
   end

@@ -28,7 +28,8 @@ if kind == 'timeout' then
   local settlement = cjson.decode(body)
   local note = {defaulted = settlement.defaulted or nil}
   if settlement.state == 'CANCELLED' then note.reason = 'timed out' end
-  settle(K, request_id, settlement.state, settlement.code or '', body, settlement.by or '', note)
+  settle(K, request_id, settlement.state, settlement.code or '', body, settlement.by or '',
+    note, r)
   return {'FIRED', settlement.state}
 end
 if r.offer ~= offer then return moot() end

@@ -9,10 +9,10 @@ local request_id = A.request_id
 
 local function load()
   local f = redis.call('HMGET', K.req, 'state', 'tier', 'offer', 'undecided', 'claimers',
-    'by', 'code', 'inbox', 'reason')
+    'by', 'code', 'inbox', 'reason', 'offered')
   return {state = f[1], tier = f[2], offer = f[3], undecided = split(f[4]),
     claimers = split(f[5]), by = f[6] or '', code = f[7] or '', inbox = f[8],
-    reason = f[9] or ''}
+    reason = f[9] or '', offered = f[10], claimers_raw = f[5]}
 end
 
 -- The reply for a request that is no longer in play (or never was).
@@ -47,14 +47,14 @@ local function not_deciding(r, group, tier, entry)
 end
 
 -- Nobody of the tier is left deciding or claiming: offer to the next tier, or fail
--- NO_ANSWERER. Returns the new state, or nil (changing nothing) when the next tier's
+-- NO_ANSWERER. `r`: the request as load() read it; nothing wrote it since. Returns the new state, or nil (changing nothing) when the next tier's
 -- stream was not declared. `note` writes the trail entry of the step that moved it,
 -- once it is sure to happen.
-local function move_on(shown, note)
-  local plan = plan_fall_through(K)
+local function move_on(r, shown, note)
+  local plan = plan_fall_through(K, r)
   if not plan then return nil end
   note()
-  return fall_through(K, request_id, plan, shown)
+  return fall_through(K, request_id, plan, shown, r)
 end
 
 -- The group leaves the undecided set of the current offer (`event`: it 'declined',
@@ -65,7 +65,7 @@ local function leave_undecided(r, group, event)
   if not current_view(r) then return nil end
   local function note() audit(K, request_id, event, {group = group, tier = tonumber(r.tier)}) end
   local undecided = without(r.undecided, group)
-  if #undecided == 0 and #r.claimers == 0 then return move_on(false, note) end
+  if #undecided == 0 and #r.claimers == 0 then return move_on(r, false, note) end
   note()
   redis.call('XACK', tier_prefix .. r.tier, group, r.offer)
   redis.call('HSET', K.req, 'undecided', table.concat(undecided, ','))
@@ -80,7 +80,7 @@ local function leave_claim(r, group, event)
   if not current_view(r) then return nil end
   local function note() audit(K, request_id, event, {group = group, tier = tonumber(r.tier)}) end
   local claimers = without(r.claimers, group)
-  if #claimers == 0 and #r.undecided == 0 then return move_on(true, note) end
+  if #claimers == 0 and #r.undecided == 0 then return move_on(r, true, note) end
   note()
   redis.pcall('XACK', tier_prefix .. r.tier, group, r.offer)
   local state = (#claimers == 0) and 'OFFERED' or 'CLAIMED'

@@ -1,0 +1,70 @@
+"""The `{prefix}:shards` marker: how many shards (`ASKQ_SHARDS`) a deployment's keys
+are spread over, so processes that disagree cannot split it.
+
+A request lives in the shard its turn names among N; a process that counted M shards
+would look for it (and publish, register, fire timers) under other tags, and the two
+halves would never meet. So a process checks the marker as it starts (`Seam`'s
+`async with`, an answerer replica, a sweeper):
+
+- no marker: it is written with this process's N (a deployment from before shards,
+  with no marker, counts as 1 shard);
+- the same N: nothing to do;
+- another number M while any request is pending in the layout of M shards:
+  CONFIG_ERROR naming both numbers (stop the processes with the other number, or let
+  them drain first);
+- another number M with nothing pending: the marker is rewritten to N (the change
+  after a drain). Processes still running with M go on with M: restart every process
+  with the new number; a replica started with M after the rewrite is refused.
+
+It is configuration, not a request's state, so plain commands (no script) write it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from redis.asyncio import Redis
+
+from ._connections import redis_errors
+from ._errors import AskError, ErrorCode
+from ._settings import Settings
+from ._shards import Layout
+
+if TYPE_CHECKING:
+    from ._seam import Seam
+
+
+async def pending_in(redis: Redis, layout: Layout) -> int:
+    """Requests pending in the layout's shards."""
+    return sum([int(await redis.zcard(keys.pending)) for keys in layout.all_keys])
+
+
+async def check_marker(seam: Seam) -> None:
+    await check_layout(seam.redis, seam.layout, seam.settings)
+
+
+async def check_layout(redis: Redis, layout: Layout, settings: Settings) -> None:
+    wanted = layout.shards
+    with redis_errors(settings):
+        recorded = await redis.get(layout.marker)
+        if recorded is None:
+            old = Layout(layout.prefix, 1)
+            if wanted == 1 or not await pending_in(redis, old):
+                await redis.set(layout.marker, wanted, nx=True)
+                recorded = await redis.get(layout.marker)
+            else:
+                recorded = "1"  # keys from before the marker: one shard
+        if recorded is None or int(recorded) == wanted:
+            return
+        have = int(recorded)
+        pending = await pending_in(redis, Layout(layout.prefix, have))
+        if pending:
+            raise AskError(
+                ErrorCode.CONFIG_ERROR,
+                f"ASKQ_SHARDS is {wanted}, but deployment {layout.prefix!r} runs with"
+                f" {have} shard(s) ({layout.marker}) and has {pending} request(s) pending"
+                f" there: start every process with ASKQ_SHARDS={have}, or stop them all"
+                f" and let the pending requests settle before changing it",
+            )
+        # Nothing pending: the change after a drain. XX: written only over a marker.
+        await redis.set(layout.marker, wanted, xx=True)

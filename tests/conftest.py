@@ -33,6 +33,10 @@ from askq._demo import SEED_QUESTION
 REAL_URL = os.environ.get("ASKQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ROOT = Path(__file__).resolve().parent.parent
 
+# ASKQ_TEST_SHARDS=3 runs the fake and real shapes with 3 shards (any test file, e.g.
+# a channel's, checked against a sharded deployment).
+DEFAULT_SHARDS = int(os.environ.get("ASKQ_TEST_SHARDS", "1"))
+
 # Short timings so liveness and recovery tests finish in seconds.
 FAST = {"consumer_ttl": 1.5, "agent_ttl": 1.5, "block_seconds": 2.0}
 
@@ -207,7 +211,7 @@ def make_backend(request: pytest.FixtureRequest, shape: str) -> Backend:
     """The backend of shape `shape` ("real", "cluster-3": a cluster with 3 shards)."""
     server, _, shards = shape.partition("-")
     url = request.getfixturevalue(f"{server}_url")
-    return Backend(shape, url, f"t{uuid.uuid4().hex[:12]}", int(shards or 1))
+    return Backend(server, url, f"t{uuid.uuid4().hex[:12]}", int(shards or DEFAULT_SHARDS))
 
 
 def drop_keys(b: Backend) -> None:

@@ -258,7 +258,9 @@ async def test_delegated_caller_and_restored_root(backend: Backend) -> None:
 async def test_delegated_caller_when_owner_heartbeat_lapses_later(backend: Backend) -> None:
     async with backend.seam() as seam:
         async with running(seam, MemoryAnswerer(reply=lambda o: YES), "mem"):
-            await seam.redis.set(seam.keys.agent("ghost"), "", px=1500)  # a process that died
+            # A process that died (its key where this turn's asks look: its shard's).
+            ghost = seam.shard_of_turn("turn-1").keys.agent("ghost")
+            await seam.redis.set(ghost, "", px=1500)
             with pytest.raises(AskError) as info:
                 await seam.ask(SEED, caller(agent="child", owner="ghost"))
             assert info.value.code is ErrorCode.DELEGATED_CALLER

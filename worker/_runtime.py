@@ -336,8 +336,10 @@ class AnswererRuntime:
     async def _register(self, mode: str = "start") -> None:
         """Register (start) or re-register (each heartbeat) this replica; a replica that
         disagrees with its group's priority or scope is refused (CONFIG_ERROR)."""
-        if mode == "start" and len(self.sides) > 1:
-            await self.seam.check_shards()  # every shard's layout as the others see it
+        if mode == "start":
+            # A replica counting other shards than the deployment would never meet its
+            # callers: refused (CONFIG_ERROR naming both numbers, _marker.py).
+            await self.seam.check_shards()
         again = False
         for side in self.sides:  # the registry a request needs is in its own shard
             if mode == "start":

@@ -220,6 +220,13 @@ class Sweeper:
 async def _startup(ctx: dict[str, Any]) -> None:
     settings: Settings = ctx.get("askq_settings") or Settings()
     seam = Seam(settings=settings)  # connects lazily; its loops ride out Redis restarts
+    try:
+        await seam.check_shards()  # a sweeper counting other shards is refused
+    except AskError as exc:
+        if exc.code is not ErrorCode.REDIS_UNAVAILABLE:
+            await seam.aclose()
+            raise
+        log.warning("could not check ASKQ_SHARDS against the deployment yet: %s", exc)
     sweeper = Sweeper(seam)
     sweeper.start()
     ctx["askq_sweeper"] = sweeper

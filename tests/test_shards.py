@@ -179,9 +179,15 @@ async def test_a_different_number_of_shards_is_refused_while_requests_are_pendin
             assert refused.value.code is ErrorCode.CONFIG_ERROR
             assert "ASKQ_SHARDS is 2" in refused.value.message
             assert "runs with 3 shard(s)" in refused.value.message
+            assert "1 request(s) pending and 1 answerer group(s) live" in refused.value.message
             await mem.answer(offer.request_id, YES)
             await task
-    # Drained: the first process with another number rewrites the marker.
+            # Nothing pending, but a replica still runs with 3: refused as well.
+            with pytest.raises(AskError) as live:
+                async with sharded.seam(shards=2):
+                    pass
+            assert "0 request(s) pending and 1 answerer group(s) live" in live.value.message
+    # Drained and stopped: the first process with another number rewrites the marker.
     async with sharded.seam(shards=2) as changed:
         assert await changed.redis.get(changed.layout.marker) == "2"
 

@@ -9,12 +9,12 @@ halves would never meet. So a process checks the marker as it starts (`Seam`'s
 - no marker: it is written with this process's N (a deployment from before shards,
   with no marker, counts as 1 shard);
 - the same N: nothing to do;
-- another number M while any request is pending in the layout of M shards:
-  CONFIG_ERROR naming both numbers (stop the processes with the other number, or let
-  them drain first);
-- another number M with nothing pending: the marker is rewritten to N (the change
-  after a drain). Processes still running with M go on with M: restart every process
-  with the new number; a replica started with M after the rewrite is refused.
+- another number M while any request is pending in the layout of M shards, or any
+  answerer group is live there: CONFIG_ERROR naming both numbers (one process started
+  with a wrong number must not split a running deployment);
+- another number M with nothing pending and no group live: the marker is rewritten to
+  N (the change after a drain, with every replica stopped). A replica or sweeper
+  started with M after that is refused.
 
 It is configuration, not a request's state, so plain commands (no script) write it.
 """
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 
-from ._connections import redis_errors
+from ._connections import redis_errors, server_ms
 from ._errors import AskError, ErrorCode
 from ._settings import Settings
 from ._shards import Layout
@@ -37,6 +37,12 @@ if TYPE_CHECKING:
 async def pending_in(redis: Redis, layout: Layout) -> int:
     """Requests pending in the layout's shards."""
     return sum([int(await redis.zcard(keys.pending)) for keys in layout.all_keys])
+
+
+async def live_in(redis: Redis, layout: Layout) -> int:
+    """Answerer groups live in the layout's shards (the most in any one)."""
+    now = await server_ms(redis)
+    return max([int(await redis.zcount(k.live, now + 1, "+inf")) for k in layout.all_keys])
 
 
 async def check_marker(seam: Seam) -> None:
@@ -57,14 +63,16 @@ async def check_layout(redis: Redis, layout: Layout, settings: Settings) -> None
         if recorded is None or int(recorded) == wanted:
             return
         have = int(recorded)
-        pending = await pending_in(redis, Layout(layout.prefix, have))
-        if pending:
+        old = Layout(layout.prefix, have)
+        pending, live = await pending_in(redis, old), await live_in(redis, old)
+        if pending or live:
             raise AskError(
                 ErrorCode.CONFIG_ERROR,
                 f"ASKQ_SHARDS is {wanted}, but deployment {layout.prefix!r} runs with"
-                f" {have} shard(s) ({layout.marker}) and has {pending} request(s) pending"
-                f" there: start every process with ASKQ_SHARDS={have}, or stop them all"
-                f" and let the pending requests settle before changing it",
+                f" {have} shard(s) ({layout.marker}), with {pending} request(s) pending"
+                f" and {live} answerer group(s) live: start every process with"
+                f" ASKQ_SHARDS={have}, or stop them all and let the pending requests"
+                f" settle before changing it",
             )
         # Nothing pending: the change after a drain. XX: written only over a marker.
         await redis.set(layout.marker, wanted, xx=True)

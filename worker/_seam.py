@@ -140,8 +140,12 @@ class Seam:
         return self._single_node
 
     async def __aenter__(self) -> Seam:
-        await self.ping()
-        await self.check_shards()
+        try:
+            await self.ping()
+            await self.check_shards()
+        except BaseException:
+            await self.aclose()  # `async with` will not call __aexit__
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:

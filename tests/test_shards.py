@@ -225,3 +225,35 @@ async def test_shards_land_in_their_slots_on_different_masters(
         assert len({next(iter(ports)) for ports in holders.values()}) == 3
     finally:
         drop_keys(b)
+
+
+async def test_status_requests_show_and_recent_read_every_shard(sharded: Backend) -> None:
+    """What an operator or a dashboard reads (`askq status`, `requests`, `show`, a
+    channel's recent settlements and fleet) covers every shard."""
+    from askq._audit import RequestFilter
+    from askq._cli_inspect import _audit
+    from askq._status import full_status
+
+    async with sharded.seam() as seam:
+        mem = MemoryAnswerer()
+        async with running(seam, mem, "mem"):
+            turns = [each[0] for each in turns_per_shard(seam.layout)]
+            tasks = [asyncio.create_task(seam.ask(SEED, caller(t))) for t in turns]
+            ids = {(await mem.next_presented()).request_id for _ in turns}
+            assert {seam.layout.of_request(i) for i in ids} == {0, 1, 2}
+            assert {r.id for r in (await seam.status()).requests} == ids
+            full = await full_status(seam, 100)
+            assert full.pending_total == 3 and full.pending_by_state == {"CLAIMED": 3}
+            assert [(g.name, g.live_consumers) for g in full.groups] == [("mem", 1)]
+            fleet = await mem.group.fleet()
+            assert {r.id for r in fleet.requests} == ids
+            audit = _audit(seam)
+            assert {r.id for r in await audit.requests(RequestFilter(state="pending"), 10)} == ids
+            for request_id in ids:
+                assert (await audit.show(request_id)).state == "CLAIMED"
+                await mem.answer(request_id, YES, by="bob")
+            for task in tasks:
+                await task
+            assert {r.id for r in await audit.requests(RequestFilter(state="settled"), 10)} == ids
+            recent = await mem.group.recent_settlements(10)
+            assert {r.id for r in recent} == ids and {r.by for r in recent} == {"bob"}

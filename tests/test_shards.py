@@ -245,6 +245,11 @@ async def test_status_requests_show_and_recent_read_every_shard(sharded: Backend
             full = await full_status(seam, 100)
             assert full.pending_total == 3 and full.pending_by_state == {"CLAIMED": 3}
             assert [(g.name, g.live_consumers) for g in full.groups] == [("mem", 1)]
+            from askq._metrics import RedisCollector
+
+            scraped = await asyncio.to_thread(RedisCollector(seam.settings)._read)
+            gauges = {f.name: f.samples for f in scraped}
+            assert gauges["askq_pending_requests_total"][0].value == 3
             fleet = await mem.group.fleet()
             assert {r.id for r in fleet.requests} == ids
             audit = _audit(seam)

@@ -94,6 +94,10 @@ class Seam:
             for i in range(self.layout.shards)
         ]
         first = self.shards[0]
+        for shard in self.shards[1:]:
+            # One bounded cache of requests' facts for the process, whatever N: ids
+            # are unique over the shards.
+            shard.requests._infos = first.requests._infos
         # Shard 0's caller side and scripts (with several shards, the seam's methods
         # route by turn or request id: use those, or `shard_of_*`).
         self.scripts = first.scripts

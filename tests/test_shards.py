@@ -262,3 +262,19 @@ async def test_status_requests_show_and_recent_read_every_shard(sharded: Backend
             assert {r.id for r in await audit.requests(RequestFilter(state="settled"), 10)} == ids
             recent = await mem.group.recent_settlements(10)
             assert {r.id for r in recent} == ids and {r.by for r in recent} == {"bob"}
+
+
+async def test_a_replica_stops_once_the_deployment_records_another_number(
+    sharded: Backend,
+) -> None:
+    """Its heartbeat reads the marker: a replica left running with the old number
+    after a re-sharding stops with CONFIG_ERROR rather than serve a layout nobody uses."""
+    from askq import AnswererRuntime
+
+    async with sharded.seam() as seam:
+        task = await AnswererRuntime(seam, MemoryAnswerer(), group="mem").start(timeout=15)
+        await seam.redis.set(seam.layout.marker, "2")
+        with pytest.raises(AskError) as info:
+            await asyncio.wait_for(task, 15)
+        assert info.value.code is ErrorCode.CONFIG_ERROR
+        assert "restart this process with ASKQ_SHARDS=2" in info.value.message

@@ -14,7 +14,8 @@ halves would never meet. So a process checks the marker as it starts (`Seam`'s
   with a wrong number must not split a running deployment);
 - another number M with nothing pending and no group live: the marker is rewritten to
   N (the change after a drain, with every replica stopped). A replica or sweeper
-  started with M after that is refused.
+  started with M after that is refused, and a replica still running with M stops at
+  its next heartbeat (CONFIG_ERROR), so two numbers never serve side by side for long.
 
 It is configuration, not a request's state, so plain commands (no script) write it.
 """
@@ -76,3 +77,17 @@ async def check_layout(redis: Redis, layout: Layout, settings: Settings) -> None
             )
         # Nothing pending: the change after a drain. XX: written only over a marker.
         await redis.set(layout.marker, wanted, xx=True)
+
+
+async def still_same_layout(seam: Seam) -> None:
+    """A replica's heartbeat: CONFIG_ERROR once the deployment records another number
+    of shards than this process runs with (one GET)."""
+    with redis_errors(seam.settings):
+        recorded = await seam.redis.get(seam.layout.marker)
+    if recorded is not None and int(recorded) != seam.layout.shards:
+        raise AskError(
+            ErrorCode.CONFIG_ERROR,
+            f"ASKQ_SHARDS is {seam.layout.shards}, but deployment {seam.layout.prefix!r}"
+            f" now runs with {recorded} shard(s) ({seam.layout.marker}): restart this"
+            f" process with ASKQ_SHARDS={recorded}",
+        )

@@ -44,6 +44,7 @@ from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
 from ._heartbeat import keep_beating
 from ._hooks import HookResult, call_hook
+from ._marker import still_same_layout
 from ._models import Answers, AskRequest, Offer, Retraction, scope_matches
 from ._recent import recent_in_shards
 from ._registry import GroupSpec
@@ -363,6 +364,7 @@ class AnswererRuntime:
     async def _beat(self) -> None:
         try:
             await self._register("beat")
+            await still_same_layout(self.seam)  # the deployment was re-sharded meanwhile
         except AskError as exc:
             if exc.code is not ErrorCode.CONFIG_ERROR:
                 raise

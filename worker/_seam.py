@@ -12,6 +12,11 @@ its Scripts):
 
 A seam opens one bounded pool of command connections (so 10,000 pending asks share a
 handful), plus one dedicated connection per blocking loop.
+
+With `ASKQ_SHARDS` > 1 (`_shards.py`) each shard is one set of those roles over its
+own keyspace (`_sharded.Shard`), all on the one pool: an ask goes to the shard of its
+turn, anything about a request to the shard its id names, and `requests`,
+`answering` and `registry` stand for every shard (`_sharded.py`).
 """
 
 from __future__ import annotations

@@ -278,3 +278,24 @@ async def test_a_replica_stops_once_the_deployment_records_another_number(
             await asyncio.wait_for(task, 15)
         assert info.value.code is ErrorCode.CONFIG_ERROR
         assert "restart this process with ASKQ_SHARDS=2" in info.value.message
+
+
+async def test_an_idempotent_ask_reattaches_from_another_turns_shard(sharded: Backend) -> None:
+    """A call re-issued under another turn (an MCP client's new conversation id) finds
+    the request its key asked, in the first turn's shard: the human is asked once."""
+    async with sharded.seam() as seam:
+        mem = MemoryAnswerer()
+        async with running(seam, mem, "mem"):
+            first_turn, other_turn = (each[0] for each in turns_per_shard(seam.layout)[:2])
+            first = asyncio.create_task(seam.ask(SEED, caller(first_turn), idempotency_key="k"))
+            offer = await mem.next_presented()
+            again = asyncio.create_task(seam.ask(SEED, caller(other_turn), idempotency_key="k"))
+            await asyncio.sleep(0.3)
+            assert mem.presented.empty()  # not asked twice
+            await mem.answer(offer.request_id, YES)
+            assert (await first).to_json() == (await again).to_json() == YES_JSON
+            # An aborted turn still fails at once, whatever shard holds the key's request.
+            await seam.abort_turn("gone")
+            with pytest.raises(AskError) as info:
+                await seam.ask(SEED, caller("gone"), idempotency_key="k")
+            assert info.value.code is ErrorCode.ABORTED

@@ -209,19 +209,38 @@ class Seam:
         unknown: the ask is sent again, idempotently, until Redis answers, so it never
         fails while a human can still see the question.
         """
+        options: dict[str, Any] = {
+            "scope": scope,
+            "signal": signal,
+            "timeout": timeout,
+            "on_timeout": on_timeout,
+            "default": default,
+            "idempotency_key": idempotency_key,
+            "on_published": on_published,
+        }
+        if idempotency_key is not None and len(self.shards) > 1:
+            return self._ask_idempotent(questions, caller, idempotency_key, options)
         # The caller side's coroutine itself, not one wrapping it: 10,000 asks pending
         # hold 10,000 coroutine frames, and a frame per ask more is megabytes.
-        return self.shard_of_turn(caller.turn_id).asking.ask(
-            questions,
-            caller,
-            scope=scope,
-            signal=signal,
-            timeout=timeout,
-            on_timeout=on_timeout,
-            default=default,
-            idempotency_key=idempotency_key,
-            on_published=on_published,
-        )
+        return self.shard_of_turn(caller.turn_id).asking.ask(questions, caller, **options)
+
+    async def _ask_idempotent(
+        self, questions: Any, caller: Caller, key: str, options: dict[str, Any]
+    ) -> Answers:
+        """With several shards, an ask with an idempotency key goes where the request
+        asked with that key lives, if any (an MCP client re-issuing a call may come
+        back under another turn, so in another shard), else to its turn's shard. An
+        aborted turn still fails at once: its mark is in the turn's own shard."""
+        home = self.shard_of_turn(caller.turn_id)
+        target = home
+        digest = idempotency_digest(check_text(key, "idempotency_key", 256))
+        found = await self.requests.idempotent(digest)
+        if found is not None and self.layout.of_request(found) != home.index:
+            with redis_errors(self.settings):
+                aborted = await self.redis.exists(home.keys.aborted(caller.turn_id))
+            if not aborted:
+                target = self.shard_of_request(found)
+        return await target.asking.ask(questions, caller, **options)
 
     def build_request(
         self,

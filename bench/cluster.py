@@ -13,6 +13,9 @@ replicas) beside a single redis-server, on this machine.
   is read from INFO before and after, so the server-side cost per ask per master is
   printed beside the end-to-end rate: on a 2-core machine shared by the callers, the
   workers and six redis-servers, the clients, not Redis, bound the rate.
+- Shards: one deployment with ASKQ_SHARDS=1 and =3 (the same callers, one auto
+  worker): asks/s end to end, and per master the Redis CPU and the commands per ask
+  (INFO cpu, INFO stats): with 3 shards each master carries about a third.
 """
 
 from __future__ import annotations
@@ -35,12 +38,21 @@ from ._redis_server import RedisServer
 
 
 async def master_cpu(cluster: RedisCluster) -> dict[int, float]:
-    cpu = {}
+    return {port: cpu for port, (cpu, _) in (await master_load(cluster)).items()}
+
+
+async def master_load(cluster: RedisCluster) -> dict[int, tuple[float, int]]:
+    """Each master's CPU seconds (user + sys) and commands processed so far."""
+    load = {}
     for port in cluster.master_ports():
         async with aioredis.Redis(host="127.0.0.1", port=port) as node:
-            info = await node.info("cpu")
-        cpu[port] = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-    return cpu
+            cpu = await node.info("cpu")
+            stats = await node.info("stats")
+        load[port] = (
+            float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
+            int(stats["total_commands_processed"]),
+        )
+    return load
 
 
 def prefixes_on_masters(cluster: RedisCluster, n: int) -> list[str]:
@@ -131,13 +143,69 @@ async def throughput(
     return asks / (t1 - t0), per_ask
 
 
+async def sharded(
+    cluster: RedisCluster, shards: int, callers: int, seconds: float
+) -> tuple[float, dict[int, tuple[float, float]]]:
+    """One deployment with `shards` shards: asks/s, and per master the Redis CPU (µs)
+    and the commands per ask."""
+    url, prefix = cluster.url, new_prefix(f"sh{shards}")
+    [worker] = _procs.start_all([_procs.auto_worker(url, prefix, settled_ttl=120, shards=shards)])
+    done = 0
+    stop = asyncio.Event()
+
+    async def caller(seam: Seam, i: int) -> None:
+        nonlocal done
+        who = Caller(agent_id=f"c{i}", turn_id=f"c{i}")  # turns spread over the shards
+        while not stop.is_set():
+            await seam.ask(QUESTION, who)
+            done += 1
+
+    seam = Seam.from_url(url, prefix=prefix, shards=shards)
+    try:
+        await seam.__aenter__()
+        tasks = [asyncio.create_task(caller(seam, i)) for i in range(callers)]
+        await asyncio.sleep(1.0)  # ramp
+        n0, load0, t0 = done, await master_load(cluster), time.monotonic()
+        await asyncio.sleep(seconds)
+        n1, load1, t1 = done, await master_load(cluster), time.monotonic()
+        stop.set()
+        await asyncio.gather(*tasks)
+    finally:
+        await seam.aclose()
+        _procs.stop_all([worker])
+    asks = max(1, n1 - n0)
+    per_master = {
+        port: (
+            1e6 * (load1[port][0] - load0[port][0]) / asks,
+            (load1[port][1] - load0[port][1]) / asks,
+        )
+        for port in load1
+    }
+    return (n1 - n0) / (t1 - t0), per_master
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.cluster")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--callers", type=int, default=64)
     parser.add_argument("--latency-asks", type=int, default=400)
+    parser.add_argument("--only-shards", action="store_true", help="Only ASKQ_SHARDS 1 vs 3.")
     args = parser.parse_args()
     with RedisServer() as single, RedisCluster() as cluster:
+        for shards in (1, 3):
+            rate, by_master = await sharded(cluster, shards, args.callers, args.seconds)
+            cost = ", ".join(
+                f":{port} {us:.0f} µs, {cmds:.1f} cmds"
+                for port, (us, cmds) in sorted(by_master.items())
+            )
+            total = sum(us for us, _ in by_master.values())
+            busiest = max(us for us, _ in by_master.values())
+            print(
+                f"ASKQ_SHARDS={shards}: {rate:,.0f} asks/s end to end; Redis per ask by master:"
+                f" {cost}; total {total:.0f} µs, busiest master {busiest:.0f} µs"
+            )
+        if args.only_shards:
+            return
         single_cmd = await command_latency(single.url)
         cluster_cmd = await command_latency(cluster.url)
         print(

@@ -1,7 +1,9 @@
 """Every test runs twice: against fakeredis (speed) and the real Redis server (truth).
 Tests marked `cluster` (routing, scripts, streams, arq) run a third time against a
 Redis Cluster the session starts (three masters, three replicas on loopback:
-`bench/_redis_cluster.py`): the deployment's shape is the `backend` parameter.
+`bench/_redis_cluster.py`), once with one shard ("cluster") and once with
+`ASKQ_SHARDS=3` ("cluster-3"): the deployment's shape is the `backend` parameter. A
+shape named `<server>-<n>` is that server with n shards.
 
 fakeredis is served over TCP (TcpFakeServer, in a thread) so worker subprocesses can
 reach it too; each test gets its own key prefix, so tests never see each other's keys.
@@ -31,6 +33,10 @@ from askq._demo import SEED_QUESTION
 REAL_URL = os.environ.get("ASKQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ROOT = Path(__file__).resolve().parent.parent
 
+# ASKQ_TEST_SHARDS=3 runs the fake and real shapes with 3 shards (any test file, e.g.
+# a channel's, checked against a sharded deployment).
+DEFAULT_SHARDS = int(os.environ.get("ASKQ_TEST_SHARDS", "1"))
+
 # Short timings so liveness and recovery tests finish in seconds.
 FAST = {"consumer_ttl": 1.5, "agent_ttl": 1.5, "block_seconds": 2.0}
 
@@ -40,9 +46,14 @@ class Backend:
     name: str
     url: str
     prefix: str
+    shards: int = 1
 
     def settings(self, **overrides: Any) -> Settings:
-        return Settings(redis_url=self.url, prefix=self.prefix, **{**FAST, **overrides})
+        return Settings(
+            redis_url=self.url,
+            prefix=self.prefix,
+            **{**FAST, "shards": self.shards, **overrides},
+        )
 
     def seam(self, **overrides: Any) -> Seam:
         return Seam(settings=self.settings(**overrides))
@@ -56,6 +67,7 @@ class Backend:
             ASKQ_CONSUMER_TTL=str(FAST["consumer_ttl"]),
             ASKQ_AGENT_TTL=str(FAST["agent_ttl"]),
             ASKQ_BLOCK_SECONDS=str(FAST["block_seconds"]),
+            ASKQ_SHARDS=str(self.shards),
             PYTHONPATH=str(ROOT),
         )
         env.update(extra)
@@ -73,11 +85,34 @@ class Backend:
         return redis.Redis.from_url(self.url, decode_responses=True)
 
     def keys(self) -> list[str]:
-        client = self.sync_client()
-        try:
-            return sorted(client.scan_iter(match="{" + self.prefix + "}:*", count=1000))
-        finally:
-            client.close()
+        """Every key of the deployment: under `{prefix}` and each shard's tag, on
+        every master."""
+        found: list[str] = []
+        for client in self.all_clients():
+            try:
+                for pattern in self.patterns:
+                    found += client.scan_iter(match=pattern, count=1000)
+            finally:
+                client.close()
+        return sorted(set(found))
+
+    @property
+    def patterns(self) -> list[str]:
+        return ["{" + self.prefix + "}:*", "{" + self.prefix + "~*}:*"]
+
+    def all_clients(self) -> list[Any]:
+        """A plain client per master (one for a single Redis)."""
+        if not self.cluster:
+            return [redis.Redis.from_url(self.url, decode_responses=True)]
+        return cluster_masters(self.url)
+
+
+def cluster_masters(url: str) -> list[redis.Redis]:
+    seed = url.removeprefix("redis+cluster://").split(",")[0]
+    host, _, port = seed.rpartition(":")
+    with redis.Redis(host=host, port=int(port), decode_responses=True) as client:
+        masters = {(m[0], int(m[1])) for _, _, m, *_ in client.execute_command("CLUSTER", "SLOTS")}
+    return [redis.Redis(host=h, port=p, decode_responses=True) for h, p in sorted(masters)]
 
 
 def cluster_node_client(url: str, tag: str) -> redis.Redis:
@@ -169,7 +204,27 @@ def cluster_url() -> Iterator[str]:
         cluster.stop()
 
 
-CLUSTER_SHAPES = ("cluster",)
+CLUSTER_SHAPES = ("cluster", "cluster-3")
+
+
+def make_backend(request: pytest.FixtureRequest, shape: str) -> Backend:
+    """The backend of shape `shape` ("real", "cluster-3": a cluster with 3 shards)."""
+    server, _, shards = shape.partition("-")
+    url = request.getfixturevalue(f"{server}_url")
+    return Backend(server, url, f"t{uuid.uuid4().hex[:12]}", int(shards or DEFAULT_SHARDS))
+
+
+def drop_keys(b: Backend) -> None:
+    for client in b.all_clients():
+        try:
+            for pattern in b.patterns:
+                keys = list(client.scan_iter(match=pattern, count=1000))
+                with client.pipeline(transaction=False) as pipe:
+                    for key in keys:  # key by key: one slot per DEL on a cluster
+                        pipe.delete(key)
+                    pipe.execute()
+        finally:
+            client.close()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -189,16 +244,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(params=["fake", "real", *CLUSTER_SHAPES])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    url = request.getfixturevalue(f"{request.param}_url")
-    b = Backend(request.param, url, f"t{uuid.uuid4().hex[:12]}")
+    b = make_backend(request, request.param)
     yield b
-    client = b.sync_client()
-    try:
-        keys = list(client.scan_iter(match="{" + b.prefix + "}:*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
+    drop_keys(b)
 
 
 @pytest.fixture

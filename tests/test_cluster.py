@@ -24,6 +24,7 @@ from test_sweeper import Flaky
 from askq import AskError, Caller, ErrorCode, Seam, Settings
 from askq._cluster import ClusterUrl
 from askq._connections import check_redis_url, redacted
+from askq._shards import Layout
 from askq._sweeper import Sweeper
 from askq.answerers.memory import MemoryAnswerer
 
@@ -155,11 +156,13 @@ def own_cluster() -> Iterator[Any]:
         cluster.stop()
 
 
+@pytest.mark.parametrize("shards", [1, 3])
 async def test_a_master_killed_under_load_loses_hangs_and_double_settles_nothing(
-    own_cluster: Any,
+    own_cluster: Any, shards: int
 ) -> None:
     """Callers ask without pause, a replica answers each; the master owning the
-    deployment's slot is SIGKILLed and its replica promoted. Every ask the callers
+    deployment's slot (with 3 shards: one shard's) is SIGKILLed and its replica
+    promoted; the other shards' asks go on meanwhile. Every ask the callers
     started ends: answered (once), or with a clear error (the few in flight at the
     kill); none hangs. Every published
     request is still in Redis afterwards with one settlement at most (its audit trail
@@ -173,7 +176,9 @@ async def test_a_master_killed_under_load_loses_hangs_and_double_settles_nothing
         cluster_retry_seconds=20.0,
         consumer_ttl=15.0,
         caller_ttl=30.0,
+        shards=shards,
     )
+    victim = Layout(prefix, shards).keys(shards // 2).tag or prefix  # a shard's master
     outcomes: Counter[str] = Counter()
     answered: dict[str, str] = {}  # request id -> the settlement its caller got
     published: list[str] = []
@@ -210,7 +215,7 @@ async def test_a_master_killed_under_load_loses_hangs_and_double_settles_nothing
             await asyncio.sleep(1.5)
             before = outcomes["answered"]
             killed_at = time.monotonic()
-            await asyncio.to_thread(own_cluster.kill_master, prefix)
+            await asyncio.to_thread(own_cluster.kill_master, victim)
             failover_s = time.monotonic() - killed_at
             await asyncio.sleep(3.0)  # asks go on against the promoted replica
             stop.set()
@@ -226,7 +231,8 @@ async def test_a_master_killed_under_load_loses_hangs_and_double_settles_nothing
         trails = {}
         node = callers.redis
         for request_id in set(published):
-            trail = await node.lrange(callers.keys.audit(request_id), 0, -1)  # type: ignore[misc]
+            audit = callers.shard_of_request(request_id).keys.audit(request_id)
+            trail = await node.lrange(audit, 0, -1)  # type: ignore[misc]
             trails[request_id] = [json.loads(entry)["e"] for entry in trail]
         settled = {"answered", "defaulted", "timed_out", "cancelled", "failed"}
         double = [r for r, events in trails.items() if sum(e in settled for e in events) > 1]

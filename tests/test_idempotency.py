@@ -27,7 +27,8 @@ async def test_restarted_caller_reattaches_and_is_not_asked_twice(
         async with backend.seam() as crashed:  # the agent process before its restart
             pending = asyncio.create_task(crashed.ask(SEED, caller("t2"), idempotency_key="call-2"))
             offer = await human.next_presented()
-            await crashed.asking.waiter.aclose()  # the process "dies": it stops listening
+            # The process "dies": it stops listening (in the shard of the ask's turn).
+            await crashed.shard_of_turn("t2").asking.waiter.aclose()
             async with backend.seam() as restarted:
                 again = asyncio.create_task(
                     restarted.ask(SEED, caller("t2"), idempotency_key="call-2")
@@ -83,9 +84,10 @@ async def test_gone_caller_is_cancelled_by_the_sweeper(backend: Backend, seam: S
         task = asyncio.create_task(gone.ask(SEED, caller()))
         offer = await human.next_presented()
         # The process dies: no more heartbeats, nobody listening.
-        assert gone.asking._beating is not None
-        gone.asking._beating.cancel()
-        await gone.asking.waiter.aclose()
+        asking = gone.shard_of_turn("t1").asking  # the ask's shard (ASKQ_SHARDS)
+        assert asking._beating is not None
+        asking._beating.cancel()
+        await asking.waiter.aclose()
         task.cancel()
         await asyncio.sleep(0.8)
         sweeper = Sweeper(seam)
@@ -93,7 +95,8 @@ async def test_gone_caller_is_cancelled_by_the_sweeper(backend: Backend, seam: S
         retraction = await human.next_retracted()
         assert retraction.request_id == offer.request_id
         assert (retraction.state, retraction.by) == ("CANCELLED", "caller gone")
-        assert not await seam.redis.sismember(seam.keys.callers, gone.process_id)
+        keys = seam.shard_of_turn("t1").keys
+        assert not await seam.redis.sismember(keys.callers, gone.process_id)
         assert await sweeper.cancel_gone_callers() == 0
         await gone.redis.aclose()
 
@@ -139,11 +142,12 @@ async def test_a_caller_with_nothing_pending_leaves_no_trace(backend: Backend) -
         running(seam, MemoryAnswerer(reply=lambda offer: YES), "desk"),
     ):
         await seam.ask(SEED, caller())
+        k = seam.shard_of_turn("t1").keys  # the ask's shard (ASKQ_SHARDS)
         for _ in range(50):
-            if not await seam.redis.exists(seam.keys.callers, seam.keys.alive(seam.process_id)):
+            if not await seam.redis.exists(k.callers, k.alive(seam.process_id)):
                 break
             await asyncio.sleep(0.05)
-        assert not await seam.redis.exists(seam.keys.callers, seam.keys.alive(seam.process_id))
+        assert not await seam.redis.exists(k.callers, k.alive(seam.process_id))
         # ... and asking again registers it again.
         task = asyncio.create_task(seam.ask(SEED, caller("t2")))
         await task

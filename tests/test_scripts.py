@@ -70,13 +70,18 @@ async def test_every_script_runs_and_keeps_to_its_keys(
     seam: Seam, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ran: set[str] = set()
-    real_send = seam.scripts._send  # every script goes out through it
 
-    async def spy(name: str, *args: Any, **kwargs: Any) -> Any:
-        ran.add(name)
-        return await real_send(name, *args, **kwargs)
+    def spy_on(scripts: Any) -> None:
+        real_send = scripts._send  # every script goes out through it
 
-    monkeypatch.setattr(seam.scripts, "_send", spy)
+        async def spy(name: str, *args: Any, **kwargs: Any) -> Any:
+            ran.add(name)
+            return await real_send(name, *args, **kwargs)
+
+        monkeypatch.setattr(scripts, "_send", spy)
+
+    for shard in seam.shards:  # one runner per shard (ASKQ_SHARDS)
+        spy_on(shard.scripts)
 
     def caller(turn: str, agent: str = "agent") -> Caller:
         return Caller(agent_id=agent, turn_id=turn)
@@ -122,7 +127,7 @@ async def test_every_script_runs_and_keeps_to_its_keys(
     async with running(seam, AtOnce(), "rules", priority=0):
         assert (await seam.ask(SEED, caller("t7"))).to_json() == YES_JSON
     # forget_caller (the caller has nothing left pending), set_priority, remove_group
-    await seam.asking.forget_caller()
+    await seam.forget_caller()
     assert await seam.registry.set_priority("nobody", 3) == 0  # (no replica is live)
     assert await seam.registry.prune() == ["humans", "nobody", "rules"]
     assert ran == set(NAMES), set(NAMES) - ran

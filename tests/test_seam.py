@@ -258,7 +258,9 @@ async def test_delegated_caller_and_restored_root(backend: Backend) -> None:
 async def test_delegated_caller_when_owner_heartbeat_lapses_later(backend: Backend) -> None:
     async with backend.seam() as seam:
         async with running(seam, MemoryAnswerer(reply=lambda o: YES), "mem"):
-            await seam.redis.set(seam.keys.agent("ghost"), "", px=1500)  # a process that died
+            # A process that died (its key where this turn's asks look: its shard's).
+            ghost = seam.shard_of_turn("turn-1").keys.agent("ghost")
+            await seam.redis.set(ghost, "", px=1500)
             with pytest.raises(AskError) as info:
                 await seam.ask(SEED, caller(agent="child", owner="ghost"))
             assert info.value.code is ErrorCode.DELEGATED_CALLER
@@ -358,7 +360,7 @@ def test_sync_seam_round_trip(backend: Backend) -> None:
         deadline = time.monotonic() + 5
         while not ready.is_set() and time.monotonic() < deadline:
             time.sleep(0.02)
-        with SyncSeam(backend.url, prefix=backend.prefix) as sync:
+        with SyncSeam(backend.url, prefix=backend.prefix, shards=backend.shards) as sync:
             assert sync.ask(SEED, CALLER).to_json() == YES_JSON
             result = sync.execute(SEED, CALLER)
             assert result.content == YES_JSON
@@ -387,7 +389,7 @@ async def test_tier_stream_is_trimmed_but_pending_claims_are_kept(backend: Backe
             claim = await holder.next_presented()
             for _ in range(40):
                 await seam.ask(SEED, CALLER, scope={"hold": "no"})
-            stream = seam.keys.tier(0)
+            stream = seam.shard_of_turn(CALLER.turn_id).keys.tier(0)  # the asks' shard
             assert await seam.redis.xlen(stream) >= 41
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline and await seam.redis.xlen(stream) > 41:
@@ -403,15 +405,16 @@ async def test_tier_stream_is_trimmed_but_pending_claims_are_kept(backend: Backe
 
 
 async def test_replicas_that_left_are_forgotten(seam: Seam) -> None:
+    keys = seam.shards[0].keys  # a replica reads and registers in every shard; one is enough
     for name in ("first", "second"):
         async with running(seam, MemoryAnswerer(), "mem", consumer=name):
             # Its first read makes it a consumer of the stream; wait for that, not a time.
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline and name not in {
-                c["name"] for c in await seam.redis.xinfo_consumers(seam.keys.tier(0), "mem")
+                c["name"] for c in await seam.redis.xinfo_consumers(keys.tier(0), "mem")
             }:
                 await asyncio.sleep(0.02)
-    stream = seam.keys.tier(0)
+    stream = keys.tier(0)
     assert {c["name"] for c in await seam.redis.xinfo_consumers(stream, "mem")} == {
         "first",
         "second",
@@ -424,13 +427,14 @@ async def test_replicas_that_left_are_forgotten(seam: Seam) -> None:
                 break
             await asyncio.sleep(0.1)
         assert names == {"third"}
-        assert await seam.redis.zrange(seam.keys.consumers("mem"), 0, -1) == ["third"]
+        assert await seam.redis.zrange(keys.consumers("mem"), 0, -1) == ["third"]
 
 
 async def test_ask_cancelled_while_publishing_withdraws_the_request(
     seam: Seam, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_send = seam.scripts._send
+    shard = seam.shard_of_turn(CALLER.turn_id)  # where the ask goes (ASKQ_SHARDS)
+    real_send = shard.scripts._send
     published = asyncio.Event()
 
     async def reply_lost(name: str, *args: Any, **kwargs: Any) -> Any:
@@ -440,15 +444,15 @@ async def test_ask_cancelled_while_publishing_withdraws_the_request(
             await asyncio.Event().wait()
         return result
 
-    monkeypatch.setattr(seam.scripts, "_send", reply_lost)
+    monkeypatch.setattr(shard.scripts, "_send", reply_lost)
     async with running(seam, MemoryAnswerer(), "mem"):
         task = await ask_task(seam)
         await published.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert await seam.redis.zcard(seam.keys.pending) == 0
-        [reply_key] = [k async for k in seam.redis.scan_iter(match=seam.keys.reply("*"))]
+        assert await seam.redis.zcard(shard.keys.pending) == 0
+        [reply_key] = [k async for k in seam.redis.scan_iter(match=shard.keys.reply("*"))]
         settled = Settlement.model_validate_json(await seam.redis.get(reply_key))
         assert (settled.state, settled.code) == ("CANCELLED", ErrorCode.ABORTED)
 

@@ -64,6 +64,7 @@ def build_request(
     *,
     idempotency_key: str | None = None,
     trace: str | None = None,
+    request_id: str | None = None,
 ) -> AskRequest:
     """A validated request (INVALID_REQUEST naming what is wrong), with a new id."""
     if isinstance(questions, AskInput):
@@ -81,7 +82,7 @@ def build_request(
     # replica's cache, a channel's record of its message) can then outlive the request
     # and be taken for another one asked later with the same key.
     return AskRequest(
-        id=uuid.uuid4().hex,
+        id=request_id or uuid.uuid4().hex,
         questions=parsed.questions,
         scope=scope_dict,
         caller=caller,
@@ -122,8 +123,12 @@ class Asking:
         settings: Settings,
         process_id: str,
         connect: Callable[[], Redis],
+        *,
+        new_id: Callable[[], str] | None = None,
     ) -> None:
         self.scripts = scripts
+        # A new request id (with several shards, one naming this shard: _shards.py).
+        self.new_id = new_id or (lambda: uuid.uuid4().hex)
         self.requests = requests
         self.redis = scripts.redis
         self.keys: Keys = scripts.keys
@@ -171,6 +176,7 @@ class Asking:
                 scope,
                 idempotency_key=idempotency_key,
                 trace=span.traceparent if span is not None else None,
+                request_id=self.new_id(),
             )
             if span is not None:
                 span.request(request.id)

@@ -24,6 +24,7 @@ from ._keys import Keys, split_groups
 from ._models import TERMINAL, Answer, AskRequest, Question, RequestState, Settlement
 from ._reasons import why_cancelled
 from ._settings import Settings
+from ._shards import Layout
 
 PAGE = 200
 
@@ -217,14 +218,25 @@ def _int(value: str | None) -> int | None:
 class Audit:
     """The reader (`askq show`, `requests`, `audit tail`)."""
 
-    def __init__(self, redis: Redis, keys: Keys, settings: Settings) -> None:
+    def __init__(
+        self, redis: Redis, keys: Keys, settings: Settings, layout: Layout | None = None
+    ) -> None:
+        """`layout`: the deployment's shards (`ASKQ_SHARDS`), read together; else the
+        one keyspace `keys` (`tail` follows `keys`' stream: one Audit per shard)."""
         self.redis = redis
         self.keys = keys
         self.settings = settings
+        self._layout = layout
+        self._all = layout.all_keys if layout is not None else (keys,)
+
+    def _keys_of(self, request_id: str) -> Keys:
+        if self._layout is None:
+            return self.keys
+        return self._layout.keys(self._layout.of_request(request_id))
 
     async def show(self, request_id: str) -> RequestDetail:
         check_request_id(request_id)
-        k = self.keys
+        k = self._keys_of(request_id)
         with redis_errors(self.settings):
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.hgetall(k.request(request_id))
@@ -265,19 +277,15 @@ class Audit:
     async def requests(self, keep: RequestFilter, limit: int) -> list[RequestSummary]:
         """The pending requests and the recent settled ones that `keep` keeps, newest
         first, at most `limit`."""
-        k = self.keys
         with redis_errors(self.settings):
             now = await server_ms(self.redis)
-            pending = (
-                []
-                if keep.state == "settled"
-                else await self.redis.zrange(k.pending, 0, -1, desc=True, withscores=True)
-            )
-            recent = (
-                []
-                if keep.state == "pending"
-                else await self.redis.zrange(k.recent, 0, -1, desc=True, withscores=True)
-            )
+            pending: list[tuple[str, float]] = []
+            recent: list[tuple[str, float]] = []
+            for k in self._all:  # every shard's
+                if keep.state != "settled":
+                    pending += await self.redis.zrange(k.pending, 0, -1, desc=True, withscores=True)
+                if keep.state != "pending":
+                    recent += await self.redis.zrange(k.recent, 0, -1, desc=True, withscores=True)
         # Newest first, by creation for the pending and settlement for the settled
         # (a request settled between the two reads is listed once).
         seen: set[str] = set()
@@ -296,11 +304,11 @@ class Audit:
         return out
 
     async def _summaries(self, ids: Sequence[str], now: int) -> list[RequestSummary]:
-        k = self.keys
         fields = ["state", "code", "reason", "by", "tier", "created_ms", "settled_ms", "payload"]
         with redis_errors(self.settings):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for request_id in ids:
+                    k = self._keys_of(request_id)
                     pipe.hmget(k.request(request_id), fields)
                     pipe.get(k.payload(request_id))
                     pipe.lrange(k.audit(request_id), 0, -1)

@@ -24,7 +24,7 @@ from ._text import visible
 
 
 def _audit(seam: Seam) -> Audit:
-    return Audit(seam.redis, seam.keys, seam.settings)
+    return Audit(seam.redis, seam.shards[0].keys, seam.settings, seam.layout)
 
 
 def clock(ms: int | None) -> str:
@@ -189,13 +189,46 @@ def audit_tail(settings: Settings, lines: int, follow: bool, jsonl: bool) -> Non
         stop = stop_on_signals()  # Ctrl-C or SIGTERM ends `-f` cleanly
         count = 0
         async with Seam(settings=settings) as seam:
-            conn = seam.blocking_connection()
+            # Each shard's stream on a blocking connection of its own (ASKQ_SHARDS).
+            conns = [seam.blocking_connection(shard.index) for shard in seam.shards]
+            audits = [Audit(seam.redis, s.keys, seam.settings) for s in seam.shards]
 
             async def consume() -> None:
                 nonlocal count
-                async for entry in _audit(seam).tail(conn, last=lines, follow=follow):
+                if len(audits) == 1:
+                    async for entry in audits[0].tail(conns[0], last=lines, follow=follow):
+                        count += 1
+                        _print_entry(entry, jsonl)
+                    return
+                # The last entries of every shard, oldest first (stream ids are ms),
+                # then each new one of any shard as it comes.
+                merged: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+                last = [await _lasts(a, lines) for a in audits]
+                for entry in sorted((e for es in last for e in es), key=_entry_order)[-lines:]:
                     count += 1
                     _print_entry(entry, jsonl)
+                if not follow:
+                    return
+
+                async def follow_one(audit: Audit, conn: Any) -> None:
+                    skip = len(await _lasts(audit, 1))
+                    async for entry in audit.tail(conn, last=1, follow=True):
+                        if skip:
+                            skip -= 1  # printed above
+                            continue
+                        await merged.put(entry)
+
+                followers = [
+                    asyncio.ensure_future(follow_one(a, c))
+                    for a, c in zip(audits, conns, strict=True)
+                ]
+                try:
+                    while True:
+                        count += 1
+                        _print_entry(await merged.get(), jsonl)
+                finally:
+                    for f in followers:
+                        f.cancel()
 
             task = asyncio.ensure_future(consume())
             stopping = asyncio.ensure_future(stop.wait())
@@ -204,7 +237,8 @@ def audit_tail(settings: Settings, lines: int, follow: bool, jsonl: bool) -> Non
             finally:
                 stopping.cancel()
                 task.cancel()
-                await conn.aclose()  # fails a blocked read the cancel may not reach
+                for conn in conns:
+                    await conn.aclose()  # fails a blocked read the cancel may not reach
                 with contextlib.suppress(asyncio.CancelledError, AskError):
                     await task
             if task.done() and not task.cancelled() and task.exception() is not None:
@@ -218,6 +252,19 @@ def audit_tail(settings: Settings, lines: int, follow: bool, jsonl: bool) -> Non
             " are asked and answered? each request's own trail is in `askq show ID`)",
             err=True,
         )
+
+
+async def _lasts(audit: Audit, lines: int) -> list[dict[str, Any]]:
+    """The last `lines` entries of one shard's stream (no follow)."""
+    found = []
+    async for entry in audit.tail(audit.redis, last=lines, follow=False):
+        found.append(entry)
+    return found
+
+
+def _entry_order(entry: dict[str, Any]) -> tuple[int, int]:
+    ms, _, seq = str(entry.get("id", "0-0")).partition("-")
+    return int(ms or 0), int(seq or 0)
 
 
 def _print_entry(entry: dict[str, Any], jsonl: bool) -> None:

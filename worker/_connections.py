@@ -147,14 +147,17 @@ def command_client(source: Redis | None, settings: Settings, name: str | None = 
     return Redis(connection_pool=pool)
 
 
-def blocking_client(source: Redis | None, settings: Settings, name: str | None = None) -> Redis:
+def blocking_client(
+    source: Redis | None, settings: Settings, name: str | None = None, tag: str | None = None
+) -> Redis:
     """A single connection for one blocking loop (BLPOP, XREADGROUP BLOCK, XREAD BLOCK).
+    On a cluster, to the master owning `tag`'s slot (a shard's; default: the prefix's).
 
     Its socket timeout exceeds the block time, so a long block is not mistaken for a
     dead server, while a dead server is still noticed within one block period.
     """
     timeout = settings.block_seconds + settings.socket_timeout
-    client: Redis = _single_node(source, settings, name, timeout, 1)
+    client: Redis = _single_node(source, settings, name, timeout, 1, tag=tag)
     return client
 
 
@@ -194,6 +197,7 @@ def _single_node(
     *,
     client_class: type[Redis] = Redis,
     mixin: type | None = None,
+    tag: str | None = None,
     **extra: Any,
 ) -> Any:
     if source is None and is_sentinel_url(settings.redis_url):  # Sentinel: _sentinel.py
@@ -214,7 +218,7 @@ def _single_node(
     if _cluster.is_cluster_url(settings.redis_url):
         pool: ConnectionPool = _cluster.pinned_pool(
             _cluster.ClusterUrl.parse(settings.redis_url),
-            settings.prefix,
+            tag or settings.prefix,
             connection_class=cls,
             max_connections=size,
             **kwargs,

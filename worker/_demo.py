@@ -92,8 +92,14 @@ async def run_demo(*, auto: bool, redis_url: str | None) -> None:
 
 
 async def _remove_keys(seam: Seam) -> None:
-    """Leave nothing behind on a real Redis: every key under the demo's own prefix."""
+    """Leave nothing behind on a real Redis: every key under the demo's own prefix
+    (and its shards' tags)."""
     with redis_errors(seam.settings):
-        keys = [key async for key in seam.redis.scan_iter(match=seam.keys.pattern, count=1000)]
+        patterns = {seam.keys.pattern, *(shard.keys.pattern for shard in seam.shards)}
+        keys = [
+            key
+            for pattern in sorted(patterns)
+            async for key in seam.redis.scan_iter(match=pattern, count=1000)
+        ]
         for start in range(0, len(keys), 500):
             await seam.redis.delete(*keys[start : start + 500])

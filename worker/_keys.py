@@ -2,7 +2,9 @@
 
 Every key starts with `{prefix}` in braces: the braces make the prefix the Redis
 Cluster hash tag, so every key of a deployment lands in one slot and every script may
-touch any of them atomically (as bullmq does with `bull:{queue}:`).
+touch any of them atomically (as bullmq does with `bull:{queue}:`). With
+`ASKQ_SHARDS` > 1 each shard is one such keyspace with a tag of its own
+(`{prefix~k}`, `_shards.py`): `{p}` below is the shard's tag.
 
 | key                        | type   | what                                                 |
 |----------------------------|--------|------------------------------------------------------|
@@ -51,10 +53,11 @@ def split_groups(value: str | None) -> list[str]:
 @dataclass(frozen=True)
 class Keys:
     prefix: str = "askq"
+    tag: str | None = None  # a shard's hash tag (`_shards.py`); None: the prefix
 
     @property
     def base(self) -> str:
-        return "{" + self.prefix + "}"
+        return "{" + (self.tag or self.prefix) + "}"
 
     def request(self, request_id: str) -> str:
         return f"{self.base}:req:{request_id}"

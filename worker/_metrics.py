@@ -40,6 +40,7 @@ from ._errors import AskError, ErrorCode
 from ._keys import Keys
 from ._sentinel import is_sentinel_url, sync_sentinel_client
 from ._settings import Settings
+from ._shards import Layout
 
 log = logging.getLogger("askq.metrics")
 
@@ -176,9 +177,24 @@ class RedisCollector:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.keys = Keys(settings.prefix)
+        # Every shard's keys (ASKQ_SHARDS): on a cluster, each read on its own master.
+        self.shards = Layout(settings.prefix, settings.shards).all_keys
         self._redis: Any = None
+        self._by_tag: dict[str, Any] = {}
 
-    def _client(self) -> Any:
+    def _client(self, keys: Keys | None = None) -> Any:
+        tag = (keys or self.keys).tag or self.settings.prefix
+        if is_cluster_url(self.settings.redis_url) and tag != self.settings.prefix:
+            if tag not in self._by_tag:
+                self._by_tag[tag] = sync_master_client(
+                    ClusterUrl.parse(self.settings.redis_url),
+                    tag,
+                    decode_responses=True,
+                    socket_timeout=self.settings.socket_timeout,
+                    socket_connect_timeout=self.settings.socket_timeout,
+                    client_name=f"askq-metrics-{id(self):x}",
+                )
+            return self._by_tag[tag]
         if self._redis is None and is_sentinel_url(self.settings.redis_url):  # _sentinel.py
             self._redis = sync_sentinel_client(self.settings, f"askq-metrics-{id(self):x}")
         if self._redis is None:
@@ -209,6 +225,7 @@ class RedisCollector:
             log.warning("metrics: cannot read Redis: %s", exc)
             if is_cluster_url(self.settings.redis_url):
                 self._redis = None  # the next scrape asks which master holds the keys
+                self._by_tag.clear()
             up.add_metric([], 0)
             yield up
             return
@@ -219,18 +236,24 @@ class RedisCollector:
     def _read(self) -> list[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        r, k = self._client(), self.keys
-        with r.pipeline(transaction=False) as pipe:
-            pipe.zcard(k.pending)
-            pipe.zrange(k.pending, 0, PENDING_SAMPLE - 1)
-            pipe.zcard(k.timers)
-            pipe.zrange(k.timers, 0, 0, withscores=True)
-            pipe.time()
-            total, ids, timers, head, (secs, micros) = pipe.execute()
-        with r.pipeline(transaction=False) as pipe:
-            for request_id in ids:
-                pipe.hmget(k.request(request_id), "state", "tier")
-            rows = pipe.execute() if ids else []
+        total = timers = 0
+        rows: list[Any] = []
+        heads: list[float] = []
+        for k in self.shards:  # each shard's (one, by default)
+            r = self._client(k)
+            with r.pipeline(transaction=False) as pipe:
+                pipe.zcard(k.pending)
+                pipe.zrange(k.pending, 0, PENDING_SAMPLE - 1)
+                pipe.zcard(k.timers)
+                pipe.zrange(k.timers, 0, 0, withscores=True)
+                pipe.time()
+                n, ids, t, head, (secs, micros) = pipe.execute()
+            total, timers = total + n, timers + t
+            heads += [score for _, score in head]
+            with r.pipeline(transaction=False) as pipe:
+                for request_id in ids:
+                    pipe.hmget(k.request(request_id), "state", "tier")
+                rows += pipe.execute() if ids else []
         counts: dict[tuple[str, str], int] = {}
         for state, tier in rows:
             if state:
@@ -243,7 +266,7 @@ class RedisCollector:
         for (state, tier), n in sorted(counts.items()):
             pending.add_metric([state, tier], n)
         now_ms = int(secs) * 1000 + int(micros) // 1000
-        lag = max(0.0, (now_ms - head[0][1]) / 1000) if head else 0.0
+        lag = max(0.0, (now_ms - min(heads)) / 1000) if heads else 0.0
         return [
             pending,
             GaugeMetricFamily("askq_pending_requests_total", "All pending requests.", total),

@@ -8,6 +8,8 @@ round trip of a few reads per row, whatever the deployment's size. Plain reads o
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel
 from redis.asyncio import Redis
 
@@ -17,6 +19,9 @@ from ._keys import Keys
 from ._models import AskRequest, RequestState
 from ._reasons import why_cancelled
 from ._settings import Settings
+
+if TYPE_CHECKING:
+    from ._seam import Seam
 
 MAX_RECENT = 200  # rows one read may ask for, whatever the caller passes
 TRAIL_TAIL = 4  # the settling entry is the trail's last (or nearly)
@@ -104,3 +109,14 @@ async def recent_settlements(
             )
         )
     return out
+
+
+async def recent_in_shards(seam: Seam, limit: int) -> list[RecentSettlement]:
+    """The latest settlements over every shard of the seam's deployment, newest first."""
+    if len(seam.shards) == 1:
+        return await recent_settlements(seam.redis, seam.shards[0].keys, seam.settings, limit)
+    rows: list[RecentSettlement] = []
+    for shard in seam.shards:
+        rows += await recent_settlements(seam.redis, shard.keys, seam.settings, limit)
+    rows.sort(key=lambda row: row.settled_ms, reverse=True)
+    return rows[: max(0, min(int(limit), MAX_RECENT))]

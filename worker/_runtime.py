@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -28,6 +29,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -42,14 +44,16 @@ from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
 from ._heartbeat import keep_beating
 from ._hooks import HookResult, call_hook
+from ._marker import still_same_layout
 from ._models import Answers, AskRequest, Offer, Retraction, scope_matches
-from ._recent import recent_settlements
+from ._recent import recent_in_shards
 from ._registry import GroupSpec
 from ._replies import Reply
 from ._requests import RequestInfo
 from ._seam import Seam
 from ._sends import SendQueue
-from ._shown import Shown
+from ._sharded import Shard
+from ._shown import Shown, ShownInShards
 from ._status import full_status
 from ._store import ChannelStore
 from ._text import cut, visible
@@ -105,7 +109,17 @@ class _CountedAnswering(Answering):
 
     def __init__(self, answering: Answering, runtime: AnswererRuntime) -> None:
         super().__init__(answering.scripts, answering.requests)
+        self._inner = answering  # with several shards, one that routes by request id
         self._runtime = runtime
+
+    async def accept(self, offer: Offer) -> bool:
+        return await self._inner.accept(offer)
+
+    async def decline(self, request_id: str, group: str, tier: int, offer_id: str) -> Reply:
+        return await self._inner.decline(request_id, group, tier, offer_id)
+
+    async def claim_and_answer(self, offer: Offer, answers: Any, *, by: str) -> Answers:
+        return await self._inner.claim_and_answer(offer, answers, by=by)
 
     async def answer(
         self, request_id: str, group: str, answers: Any, *, by: str, tier: int | None = None
@@ -115,15 +129,29 @@ class _CountedAnswering(Answering):
             with contextlib.suppress(AskError):  # cached for offers read here
                 trace = (await self._runtime.seam.requests.request(request_id)).trace
         with _tracing.joined("askq.answer", trace, request_id=request_id, group=group, by=by):
-            valid = await super().answer(request_id, group, answers, by=by, tier=tier)
+            valid = await self._inner.answer(request_id, group, answers, by=by, tier=tier)
         await self._runtime.settled_here(request_id, "answered", by)
         return valid
 
     async def release(self, request_id: str, group: str) -> bool:
-        released = await super().release(request_id, group)
+        released = await self._inner.release(request_id, group)
         if released:
             await self._runtime.settled_here(request_id, "released", "")
         return released
+
+
+@dataclass(eq=False)
+class _Side:
+    """A replica's part in one shard: the shard, what it shows from there, its tier
+    stream, and where its re-read of its own pending entries stands."""
+
+    shard: Shard
+    shown: Shown
+    stream: str
+    own_cursor: str | None = "0"
+
+    async def reread_own(self, conn: Redis) -> None:
+        self.own_cursor = "0"
 
 
 class AnswererRuntime:
@@ -165,22 +193,35 @@ class AnswererRuntime:
         }
         self.spec = GroupSpec(group, self.priority, answerer.kind, self.scope, self.timing)
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{id(self):x}"
-        self.stream = seam.keys.tier(self.priority)
         self.hook_timeout = settings.hook_timeout
         self.ready = asyncio.Event()
         self.sends = SendQueue(settings, seam.keys.queue(f"sends:{group}"), answerer)
         block_ms = int(settings.block_seconds * 1000)
-        self.shown = Shown(
-            group,
-            self.priority,
-            seam.keys,
-            seam.requests,
-            answerer.retract,
-            answerer.remind,
-            self._in_background,
-            block_ms,
-            on_retract=self._retracted,
-            on_remind=self._reminded,
+        # What the replica runs in each shard: its tier stream and the events it follows.
+        self.sides = [
+            _Side(
+                shard,
+                Shown(
+                    group,
+                    self.priority,
+                    shard.keys,
+                    shard.requests,
+                    answerer.retract,
+                    answerer.remind,
+                    self._in_background,
+                    block_ms,
+                    on_retract=self._retracted,
+                    on_remind=self._reminded,
+                ),
+                shard.keys.tier(self.priority),
+            )
+            for shard in seam.shards
+        ]
+        self.stream = self.sides[0].stream
+        self.shown: Shown | ShownInShards = (
+            self.sides[0].shown
+            if len(self.sides) == 1
+            else ShownInShards([side.shown for side in self.sides], seam.layout)
         )
         self._handle = GroupHandle(
             group,
@@ -193,11 +234,10 @@ class AnswererRuntime:
             sender=self.sends.enqueue if answerer.uses_sends else None,
             live=self.ready.is_set,
             fleet=lambda: full_status(seam, FLEET_LISTED),
-            recent=lambda n: recent_settlements(seam.redis, seam.keys, seam.settings, n),
+            recent=lambda n: recent_in_shards(seam, n),
         )
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._own_cursor: str | None = "0"
         self._block_ms = block_ms
         self._period = settings.consumer_ttl / 3
         self._stop = asyncio.Event()  # set when the registry refuses this replica
@@ -245,11 +285,20 @@ class AnswererRuntime:
         replica: then raise its CONFIG_ERROR)."""
         # The channel starts first: a group must not turn live before it can show anything.
         await self.answerer.start(self._handle)
-        connect = self.seam.blocking_connection
-        blocking = [
-            BlockingLoop(f"askq-{self.group}-offers", connect, self._read_offers, self._reread_own),
-            BlockingLoop(f"askq-{self.group}-events", connect, self.shown.read, self.shown.resync),
-        ]
+        blocking = []
+        for side in self.sides:
+            # One blocking connection per loop, to the master of its shard's slot.
+            connect = functools.partial(self.seam.blocking_connection, side.shard.index)
+            name = f"askq-{self.group}" + (f"-{side.shard.index}" if len(self.sides) > 1 else "")
+            blocking += [
+                BlockingLoop(
+                    f"{name}-offers",
+                    connect,
+                    functools.partial(self._read_offers, side),
+                    side.reread_own,
+                ),
+                BlockingLoop(f"{name}-events", connect, side.shown.read, side.shown.resync),
+            ]
         loops: list[asyncio.Task[Any]] = []
         try:
             await self._register()
@@ -289,10 +338,17 @@ class AnswererRuntime:
         """Register (start) or re-register (each heartbeat) this replica; a replica that
         disagrees with its group's priority or scope is refused (CONFIG_ERROR)."""
         if mode == "start":
-            # Read the events stream from here on: what settles after this is ours.
-            last = await self.seam.redis.xrevrange(self.seam.keys.events, count=1)
-            self.shown.start_from(last[0][0] if last else "0-0")
-        if await self.seam.registry.register(self.spec, self.consumer, mode=mode):
+            # A replica counting other shards than the deployment would never meet its
+            # callers: refused (CONFIG_ERROR naming both numbers, _marker.py).
+            await self.seam.check_shards()
+        again = False
+        for side in self.sides:  # the registry a request needs is in its own shard
+            if mode == "start":
+                # Read the events stream from here on: what settles after this is ours.
+                last = await self.seam.redis.xrevrange(side.shard.keys.events, count=1)
+                side.shown.start_from(last[0][0] if last else "0-0")
+            again = await side.shard.registry.register(self.spec, self.consumer, mode=mode) or again
+        if again:
             log.warning(
                 "%s: its registration was gone (Redis lost its data?); registered again",
                 self.group,
@@ -308,6 +364,7 @@ class AnswererRuntime:
     async def _beat(self) -> None:
         try:
             await self._register("beat")
+            await still_same_layout(self.seam)  # the deployment was re-sharded meanwhile
         except AskError as exc:
             if exc.code is not ErrorCode.CONFIG_ERROR:
                 raise
@@ -316,14 +373,15 @@ class AnswererRuntime:
 
     async def _maintenance_loop(self) -> None:
         """Take over the entries of dead replicas and trim the stream, once a period."""
-        registry = self.seam.registry
         while True:
             raise_if_cancelled()
             await asyncio.sleep(self._period)
             try:
-                for entry_id, fields in await registry.take_over_dead(self.spec, self.consumer):
-                    await self._spawn(entry_id, fields, recovered=True)
-                await registry.trim(self.priority)
+                for side in self.sides:
+                    registry = side.shard.registry
+                    for entry_id, fields in await registry.take_over_dead(self.spec, self.consumer):
+                        await self._spawn(side, entry_id, fields, recovered=True)
+                    await registry.trim(self.priority)
             except (AskError, *CONNECTION_ERRORS) as exc:
                 log.warning("maintenance of %s failed: %s", self.group, exc)
             except Exception:  # noqa: BLE001 - the next round tries again
@@ -331,16 +389,16 @@ class AnswererRuntime:
 
     # --- offers ----------------------------------------------------------------------
 
-    async def _read_offers(self, conn: Redis) -> None:
+    async def _read_offers(self, side: _Side, conn: Redis) -> None:
         # First what this consumer held before a restart (its own pending entries, from
         # id 0 on), then block for new offers.
         try:
             reply = await conn.xreadgroup(
                 self.group,
                 self.consumer,
-                {self.stream: self._own_cursor or ">"},
+                {side.stream: side.own_cursor or ">"},
                 count=READ_COUNT,
-                block=None if self._own_cursor else self._block_ms,
+                block=None if side.own_cursor else self._block_ms,
             )
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
@@ -350,20 +408,19 @@ class AnswererRuntime:
             await self._register("beat")
             return
         entries = reply[0][1] if reply else []
-        if self._own_cursor is not None:
-            self._own_cursor = entries[-1][0] if entries else None
+        if side.own_cursor is not None:
+            side.own_cursor = entries[-1][0] if entries else None
         for entry_id, fields in entries:
             if not fields:  # trimmed away; nothing to recover
-                await self.seam.redis.xack(self.stream, self.group, entry_id)
+                await self.seam.redis.xack(side.stream, self.group, entry_id)
                 continue
-            await self._spawn(entry_id, fields, recovered=self._own_cursor is not None)
+            await self._spawn(side, entry_id, fields, recovered=side.own_cursor is not None)
 
-    async def _reread_own(self, conn: Redis) -> None:
-        self._own_cursor = "0"
-
-    async def _spawn(self, entry_id: str, fields: dict[str, str], *, recovered: bool) -> None:
+    async def _spawn(
+        self, side: _Side, entry_id: str, fields: dict[str, str], *, recovered: bool
+    ) -> None:
         await self._in_flight.acquire()
-        task = asyncio.create_task(self._handle_entry(entry_id, fields, recovered))
+        task = asyncio.create_task(self._handle_entry(side, entry_id, fields, recovered))
         self._tasks.add(task)
 
         def finished(t: asyncio.Task[None]) -> None:
@@ -372,11 +429,13 @@ class AnswererRuntime:
 
         task.add_done_callback(finished)
 
-    async def _handle_entry(self, entry_id: str, fields: dict[str, str], recovered: bool) -> None:
+    async def _handle_entry(
+        self, side: _Side, entry_id: str, fields: dict[str, str], recovered: bool
+    ) -> None:
         request_id = fields.get("request", "")
         try:
             if recovered or "payload" not in fields:
-                await self._handle_recovered(entry_id, request_id)
+                await self._handle_recovered(side, entry_id, request_id)
             else:
                 request = AskRequest.model_validate_json(fields["payload"])
                 self.seam.requests.remember(RequestInfo(request=request, inbox=fields["inbox"]))
@@ -472,19 +531,20 @@ class AnswererRuntime:
             self._decided(offer, "accepted", started)
             await self._present(offer)
 
-    async def _handle_recovered(self, entry_id: str, request_id: str) -> None:
+    async def _handle_recovered(self, side: _Side, entry_id: str, request_id: str) -> None:
         """An entry that was pending on this or a dead replica: it may be a claim of the
         group (present it again, without deciding) or an offer not yet decided."""
-        row = await self.seam.requests.row(request_id) if request_id else None
+        requests = side.shard.requests
+        row = await requests.row(request_id) if request_id else None
         if row is None or not row.offered_to(self.group, self.priority, entry_id):
-            await self.seam.redis.xack(self.stream, self.group, entry_id)  # no longer ours
+            await self.seam.redis.xack(side.stream, self.group, entry_id)  # no longer ours
             return
         try:
-            request = await self.seam.requests.request(request_id)
+            request = await requests.request(request_id)
         except AskError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:
                 raise
-            await self.seam.redis.xack(self.stream, self.group, entry_id)  # expired meanwhile
+            await self.seam.redis.xack(side.stream, self.group, entry_id)  # expired meanwhile
             return
         offer = self._offer(entry_id, request)
         if self.group in row.claimers:

@@ -12,19 +12,25 @@ its Scripts):
 
 A seam opens one bounded pool of command connections (so 10,000 pending asks share a
 handful), plus one dedicated connection per blocking loop.
+
+With `ASKQ_SHARDS` > 1 (`_shards.py`) each shard is one set of those roles over its
+own keyspace (`_sharded.Shard`), all on the one pool: an ask goes to the shard of its
+turn, anything about a request to the shard its id names, and `requests`,
+`answering` and `registry` stand for every shard (`_sharded.py`).
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, suppress
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
 from typing import Any
 
 from redis.asyncio import Redis
 
 from ._answering import Answering
-from ._asking import Asking, build_request, idempotency_digest
+from ._asking import build_request, idempotency_digest
 from ._checks import check_text
 from ._cluster import is_cluster_url
 from ._connections import (
@@ -35,7 +41,7 @@ from ._connections import (
     server_ms,
 )
 from ._errors import ErrorCode
-from ._keys import Keys
+from ._marker import check_marker
 from ._models import (
     Answers,
     AskInput,
@@ -50,8 +56,9 @@ from ._models import (
 from ._registry import Registry
 from ._replies import Reply
 from ._requests import RequestInfo, Requests
-from ._scripts import Scripts
 from ._settings import Settings
+from ._sharded import Shard, ShardedAnswering, ShardedRegistry, ShardedRequests
+from ._shards import Layout
 from ._types import AbortSignal, OnTimeout
 
 
@@ -71,29 +78,64 @@ class Seam:
         self.settings = settings or Settings(**overrides)
         if settings is not None and overrides:
             self.settings = settings.model_copy(update=overrides)
-        self.keys = Keys(self.settings.prefix)
+        self.layout = Layout(self.settings.prefix, self.settings.shards)
+        # The deployment's own keys ({prefix}): with one shard, also the shard's.
+        self.keys = self.layout.deployment
         self._source = redis
         self.process_id = uuid.uuid4().hex
         self.client_name = f"askq-{self.process_id[:12]}"
         self.redis = command_client(redis, self.settings, self.client_name)
         self._single_node: Redis | None = None
-        self.requests = Requests(self.redis, self.keys, self.settings)
-        self.scripts = Scripts(self.redis, self.keys, self.settings, self.requests)
-        self.asking = Asking(
-            self.scripts, self.requests, self.settings, self.process_id, self.blocking_connection
-        )
-        self.answering = Answering(self.scripts, self.requests)
-        self.registry = Registry(
-            self.scripts, self.requests, self.answering, self.keys, self.settings
-        )
+        # One Shard per hash tag, all on the one bounded command client (_sharded.py).
+        self.shards = [
+            Shard(
+                i,
+                self.layout,
+                self.redis,
+                self.settings,
+                self.process_id,
+                functools.partial(self.blocking_connection, i),
+            )
+            for i in range(self.layout.shards)
+        ]
+        first = self.shards[0]
+        for shard in self.shards[1:]:
+            # One bounded cache of requests' facts for the process, whatever N: ids
+            # are unique over the shards.
+            shard.requests._infos = first.requests._infos
+        # Shard 0's caller side and scripts (with several shards, the seam's methods
+        # route by turn or request id: use those, or `shard_of_*`).
+        self.scripts = first.scripts
+        self.asking = first.asking
+        self.requests: Requests
+        self.answering: Answering
+        self.registry: Registry
+        if len(self.shards) == 1:
+            self.requests, self.answering, self.registry = (
+                first.requests,
+                first.answering,
+                first.registry,
+            )
+        else:
+            self.requests = ShardedRequests(self.shards, self.layout, self.redis, self.settings)
+            self.answering = ShardedAnswering(self.shards, self.layout, self.requests)
+            self.registry = ShardedRegistry(self.shards, self.settings)
+
+    def shard_of_turn(self, turn_id: str) -> Shard:
+        return self.shards[self.layout.of_turn(turn_id)]
+
+    def shard_of_request(self, request_id: str) -> Shard:
+        return self.shards[self.layout.of_request(request_id)]
 
     @classmethod
     def from_url(cls, url: str, **overrides: Any) -> Seam:
         return cls(settings=Settings(redis_url=url, **overrides))
 
-    def blocking_connection(self) -> Redis:
-        """A new single-connection client for one blocking loop."""
-        return blocking_client(self._source, self.settings, self.client_name)
+    def blocking_connection(self, shard: int = 0) -> Redis:
+        """A new single-connection client for one blocking loop of shard `shard` (on a
+        cluster, to the master that owns its slot)."""
+        tag = self.layout.keys(shard).tag
+        return blocking_client(self._source, self.settings, self.client_name, tag)
 
     @property
     def single_node(self) -> Redis:
@@ -107,7 +149,12 @@ class Seam:
         return self._single_node
 
     async def __aenter__(self) -> Seam:
-        await self.ping()
+        try:
+            await self.ping()
+            await self.check_shards()
+        except BaseException:
+            await self.aclose()  # `async with` will not call __aexit__
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -117,10 +164,16 @@ class Seam:
         with redis_errors(self.settings):
             await self.redis.ping()
 
+    async def check_shards(self) -> None:
+        """Record this deployment's number of shards, or refuse (CONFIG_ERROR) one that
+        differs from the number recorded while requests are pending (_marker.py)."""
+        await check_marker(self)
+
     async def aclose(self) -> None:
-        await self.asking.aclose()
-        with suppress(Exception):
-            await self.scripts.pipeline.aclose()
+        for shard in self.shards:
+            await shard.asking.aclose()
+            with suppress(Exception):
+                await shard.scripts.pipeline.aclose()
         await self.redis.aclose(close_connection_pool=True)
         if self._single_node is not None:
             await self._single_node.aclose(close_connection_pool=True)
@@ -156,19 +209,38 @@ class Seam:
         unknown: the ask is sent again, idempotently, until Redis answers, so it never
         fails while a human can still see the question.
         """
+        options: dict[str, Any] = {
+            "scope": scope,
+            "signal": signal,
+            "timeout": timeout,
+            "on_timeout": on_timeout,
+            "default": default,
+            "idempotency_key": idempotency_key,
+            "on_published": on_published,
+        }
+        if idempotency_key is not None and len(self.shards) > 1:
+            return self._ask_idempotent(questions, caller, idempotency_key, options)
         # The caller side's coroutine itself, not one wrapping it: 10,000 asks pending
         # hold 10,000 coroutine frames, and a frame per ask more is megabytes.
-        return self.asking.ask(
-            questions,
-            caller,
-            scope=scope,
-            signal=signal,
-            timeout=timeout,
-            on_timeout=on_timeout,
-            default=default,
-            idempotency_key=idempotency_key,
-            on_published=on_published,
-        )
+        return self.shard_of_turn(caller.turn_id).asking.ask(questions, caller, **options)
+
+    async def _ask_idempotent(
+        self, questions: Any, caller: Caller, key: str, options: dict[str, Any]
+    ) -> Answers:
+        """With several shards, an ask with an idempotency key goes where the request
+        asked with that key lives, if any (an MCP client re-issuing a call may come
+        back under another turn, so in another shard), else to its turn's shard. An
+        aborted turn still fails at once: its mark is in the turn's own shard."""
+        home = self.shard_of_turn(caller.turn_id)
+        target = home
+        digest = idempotency_digest(check_text(key, "idempotency_key", 256))
+        found = await self.requests.idempotent(digest)
+        if found is not None and self.layout.of_request(found) != home.index:
+            with redis_errors(self.settings):
+                aborted = await self.redis.exists(home.keys.aborted(caller.turn_id))
+            if not aborted:
+                target = self.shard_of_request(found)
+        return await target.asking.ask(questions, caller, **options)
 
     def build_request(
         self,
@@ -178,7 +250,13 @@ class Seam:
         *,
         idempotency_key: str | None = None,
     ) -> AskRequest:
-        return build_request(questions, caller, scope, idempotency_key=idempotency_key)
+        return build_request(
+            questions,
+            caller,
+            scope,
+            idempotency_key=idempotency_key,
+            request_id=self.shard_of_turn(caller.turn_id).asking.new_id(),
+        )
 
     async def abort_turn(self, turn_id: str, *, by: str = "abort") -> int:
         """Mark the turn aborted (durably, first), then cancel its pending requests.
@@ -186,7 +264,7 @@ class Seam:
         Returns how many requests this call cancelled. Works whether or not their
         callers are alive; an ask for the turn that comes later fails at once.
         """
-        return await self.asking.abort_turn(turn_id, by=by)
+        return await self.shard_of_turn(turn_id).asking.abort_turn(turn_id, by=by)
 
     def agent(self, agent_id: str, owner: str | None = None) -> AbstractAsyncContextManager[None]:
         """Keep an agent registered as live (with its owner) while the block runs.
@@ -194,19 +272,25 @@ class Seam:
         A child whose owner is live gets DELEGATED_CALLER; once the owner's heartbeat
         lapses (its process is gone), a restored child runs as a root and may ask.
         """
-        return self.asking.agent(agent_id, owner)
+        if len(self.shards) == 1:
+            return self.asking.agent(agent_id, owner)
+        return _in_every_shard([shard.asking.agent(agent_id, owner) for shard in self.shards])
 
     async def cancel(self, request_id: str, code: ErrorCode, message: str, *, by: str) -> bool:
         """Settle a pending request as CANCELLED; False if it had already settled."""
-        return await self.asking.cancel(request_id, code, message, by=by)
+        return await self.shard_of_request(request_id).asking.cancel(
+            request_id, code, message, by=by
+        )
 
     async def forget_caller(self, process_id: str | None = None) -> None:
-        await self.asking.forget_caller(process_id)
+        for shard in self.shards:
+            await shard.asking.forget_caller(process_id)
 
     async def fire(self, timer: str) -> Reply:
         """Fire a due timer (see lua/fire.lua); one fired already or made moot is a
         no-op. Returns the kind of the script's reply (FIRED, MOOT, GONE)."""
-        return (await self.scripts.fire(timer)).kind
+        request_id = timer.split("|")[1] if "|" in timer else ""
+        return (await self.shard_of_request(request_id).scripts.fire(timer)).kind
 
     # --- the answerer side (answering) --------------------------------------------------
 
@@ -259,6 +343,7 @@ class Seam:
             return await server_ms(self.redis)
 
     async def tier_streams(self, refresh: bool = False) -> list[str]:
+        """Shard 0's tier streams (each shard has its own, of the same priorities)."""
         return await self.scripts.tier_streams(refresh)
 
     async def request_status(self, request_id: str) -> RequestStatus | None:
@@ -267,8 +352,27 @@ class Seam:
     async def status(self, limit: int = 100) -> Status:
         """Groups (priority, live replicas, entries pending) and the oldest requests pending."""
         groups = await self.registry.statuses()
-        with redis_errors(self.settings):
-            ids = await self.redis.zrange(self.keys.pending, 0, limit - 1) if limit > 0 else []
+        ids = await self.pending_ids(limit)
         return Status(
             groups=groups, requests=await self.requests.statuses(ids, await self.now_ms())
         )
+
+    async def pending_ids(self, limit: int = 100) -> list[str]:
+        """The ids of the oldest `limit` requests pending, over every shard."""
+        if limit <= 0:
+            return []
+        with redis_errors(self.settings):
+            found: list[tuple[str, float]] = []
+            for shard in self.shards:
+                found += await self.redis.zrange(shard.keys.pending, 0, limit - 1, withscores=True)
+        return [request_id for request_id, _ in sorted(found, key=lambda f: f[1])[:limit]]
+
+
+@asynccontextmanager
+async def _in_every_shard(
+    contexts: Sequence[AbstractAsyncContextManager[None]],
+) -> AsyncIterator[None]:
+    async with AsyncExitStack() as stack:
+        for context in contexts:
+            await stack.enter_async_context(context)
+        yield

@@ -22,6 +22,14 @@ class Settings(BaseSettings):
         pattern=r"^[A-Za-z0-9_.:-]+$",
         description="Key prefix; also the Redis Cluster hash tag shared by every key.",
     )
+    shards: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Hash tags the deployment's keys spread over, so one deployment"
+        " spreads over a Redis Cluster's masters (1: every key under {prefix}). Every"
+        " process of a deployment must use the same number (`{prefix}:shards` records it).",
+    )
     max_connections: int = Field(
         default=6,
         ge=2,

@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from ._keys import Keys
 from ._models import TERMINAL, Offer, RequestState, Retraction
 from ._requests import Requests
+from ._shards import Layout
 
 # (hook name, request id, the hook's coroutine): run in a task of its own, bounded.
 HookRunner = Callable[[str, str, Coroutine[Any, Any, Any]], None]
@@ -130,3 +131,28 @@ class Shown:
                         cause=(row.reason if row is not None else "") or None,
                     )
                 )
+
+
+class ShownInShards:
+    """What a replica shows, over its shards (one `Shown` each, following that shard's
+    events): the GroupHandle's take and restore go to the shard of the request."""
+
+    def __init__(self, shards: list[Shown], layout: Layout) -> None:
+        self._shards = shards
+        self._layout = layout
+
+    def _of(self, request_id: str) -> Shown:
+        return self._shards[self._layout.of_request(request_id)]
+
+    @property
+    def offers(self) -> dict[str, Offer]:
+        return {k: v for shown in self._shards for k, v in shown.offers.items()}
+
+    def show(self, offer: Offer) -> None:
+        self._of(offer.request_id).show(offer)
+
+    def take(self, request_id: str) -> Offer | None:
+        return self._of(request_id).take(request_id)
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._of(request_id)

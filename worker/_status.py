@@ -11,8 +11,10 @@ import json
 from collections import Counter
 
 from pydantic import BaseModel
+from redis.asyncio import Redis
 
 from ._connections import redis_errors, server_ms
+from ._keys import Keys
 from ._models import GroupStatus, Status
 from ._seam import Seam
 
@@ -59,12 +61,15 @@ class FullStatus(Status):
 async def full_status(seam: Seam, limit: int) -> FullStatus:
     base = await seam.status(limit=limit)
     k, redis = seam.keys, seam.redis
+    replicas_at = seam.shards[0].keys  # every replica registers in every shard
     with redis_errors(seam.settings):
         now = await server_ms(redis)
         groups = []
         for g in base.groups:
-            live = await redis.zrangebyscore(k.consumers(g.name), now + 1, "+inf", withscores=True)
-            beats = await redis.hgetall(k.beats(g.name))  # type: ignore[misc]
+            live = await redis.zrangebyscore(
+                replicas_at.consumers(g.name), now + 1, "+inf", withscores=True
+            )
+            beats = await redis.hgetall(replicas_at.beats(g.name))  # type: ignore[misc]
             replicas = [
                 ReplicaStatus(
                     name=name,
@@ -116,10 +121,18 @@ async def full_status(seam: Seam, limit: int) -> FullStatus:
 
 
 async def _pending_counts(seam: Seam) -> tuple[Counter[str], Counter[int]]:
-    """Every pending request counted by state and by tier (in pages)."""
-    k, redis = seam.keys, seam.redis
+    """Every pending request counted by state and by tier (in pages), in every shard."""
+    redis = seam.redis
     by_state: Counter[str] = Counter()
     by_tier: Counter[int] = Counter()
+    for shard in seam.shards:
+        await _count_pending(redis, shard.keys, by_state, by_tier)
+    return by_state, by_tier
+
+
+async def _count_pending(
+    redis: Redis, k: Keys, by_state: Counter[str], by_tier: Counter[int]
+) -> None:
     start, page = 0, 500
     while True:
         ids = await redis.zrange(k.pending, start, start + page - 1)
@@ -135,4 +148,3 @@ async def _pending_counts(seam: Seam) -> tuple[Counter[str], Counter[int]]:
                 if tier is not None:
                     by_tier[int(tier)] += 1
         start += page
-    return by_state, by_tier

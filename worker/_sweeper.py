@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import Any
 
@@ -36,6 +37,7 @@ from ._reasons import CancelReason
 from ._replies import Reply
 from ._seam import Seam
 from ._settings import Settings
+from ._sharded import Shard
 from ._sweeper_beat import SweeperBeat
 
 log = logging.getLogger("askq.sweeper")
@@ -75,24 +77,47 @@ def _fired(timer: str, state: str, late: float) -> None:
 
 
 class Sweeper:
+    """Every shard's timers and recovery (`ASKQ_SHARDS`): a timer loop per shard, on a
+    blocking connection to its master; each maintenance round goes over every shard."""
+
     def __init__(self, seam: Seam) -> None:
         self.seam = seam
         self.fired = 0
-        self._timers = BlockingLoop(
-            "askq-sweeper-timers", seam.blocking_connection, self._timer_step
-        )
+        many = len(seam.shards) > 1
+        self._timers = [
+            BlockingLoop(
+                f"askq-sweeper-timers-{shard.index}" if many else "askq-sweeper-timers",
+                functools.partial(seam.blocking_connection, shard.index),
+                functools.partial(self._timer_step, shard),
+            )
+            for shard in seam.shards
+        ]
 
     # --- timers ----------------------------------------------------------------------
 
     def start(self) -> asyncio.Task[None]:
-        return self._timers.start()
+        """Start the timer loops; the task returned ends when one of them ends."""
+        if len(self._timers) == 1:
+            return self._timers[0].start()
+        tasks = [loop.start() for loop in self._timers]
+
+        async def first() -> None:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+
+        return asyncio.create_task(first(), name="askq-sweeper-timers")
 
     async def aclose(self) -> None:
-        await self._timers.close()
+        for loop in self._timers:
+            await loop.close()
 
     async def fire_due(self) -> int:
-        """Fire every timer due now; returns how many this replica fired."""
-        k, redis = self.seam.keys, self.seam.redis
+        """Fire every timer due now, in every shard; returns how many this replica fired."""
+        return sum([await self.fire_due_in(shard) for shard in self.seam.shards])
+
+    async def fire_due_in(self, shard: Shard) -> int:
+        k, redis = shard.keys, self.seam.redis
         fired = 0
         while True:
             now = await server_ms(redis)
@@ -101,7 +126,7 @@ class Sweeper:
             )
             for timer, due_ms in due:
                 try:
-                    result = await self.seam.scripts.fire(timer)
+                    result = await shard.scripts.fire(timer)
                 except AskError as exc:
                     if exc.code == ErrorCode.REDIS_UNAVAILABLE:
                         raise
@@ -115,9 +140,9 @@ class Sweeper:
             if len(due) < FIRE_BATCH:
                 return fired
 
-    async def _timer_step(self, conn: Redis) -> None:
-        await self.fire_due()
-        k = self.seam.keys
+    async def _timer_step(self, shard: Shard, conn: Redis) -> None:
+        await self.fire_due_in(shard)
+        k = shard.keys
         head = await conn.zrange(k.timers, 0, 0, withscores=True)
         wait = min(self.seam.settings.block_seconds, MAX_SLEEP_S)
         if head:
@@ -143,14 +168,18 @@ class Sweeper:
 
     async def cancel_gone_callers(self) -> int:
         """Cancel the pending asks of caller processes whose heartbeat expired."""
-        k, redis = self.seam.keys, self.seam.redis
+        return sum([await self._cancel_gone_callers(shard) for shard in self.seam.shards])
+
+    async def _cancel_gone_callers(self, shard: Shard) -> int:
+        # A caller's heartbeat, asks and registration are in each shard it asked in.
+        k, redis, asking = shard.keys, self.seam.redis, shard.asking
         cancelled = 0
         for process in await redis.smembers(k.callers):  # type: ignore[misc]
             if await redis.exists(k.alive(process)):
                 continue
             for request_id in await redis.smembers(k.asked(process)):  # type: ignore[misc]
                 with contextlib.suppress(AskError):  # settled or expired meanwhile
-                    if await self.seam.asking.cancel(
+                    if await asking.cancel(
                         request_id,
                         ErrorCode.ABORTED,
                         CALLER_GONE_MESSAGE,
@@ -160,24 +189,29 @@ class Sweeper:
                         cancelled += 1
                         continue
                 await redis.srem(k.asked(process), request_id)  # type: ignore[misc]
-            await self.seam.asking.forget_caller(process)
+            await asking.forget_caller(process)
         return cancelled
 
     async def release_orphans(self) -> int:
         """Claims and offers of groups with no live replica, waiting longer than
         `orphan_claim_after`: released or declined, so the waterfall moves on."""
-        registry = self.seam.registry
         idle_ms = int(self.seam.settings.orphan_claim_after * 1000)
         moved = 0
-        for group, priority in (await registry.priorities()).items():
-            if await registry.live_replicas(group):
-                continue  # a live replica recovers its group's entries itself
-            moved += await registry.give_back_all(group, priority, SWEEPER_CONSUMER, idle_ms)
+        for shard in self.seam.shards:
+            registry = shard.registry
+            for group, priority in (await registry.priorities()).items():
+                if await registry.live_replicas(group):
+                    continue  # a live replica recovers its group's entries itself
+                moved += await registry.give_back_all(group, priority, SWEEPER_CONSUMER, idle_ms)
         return moved
 
     async def trim_streams(self) -> int:
-        registry = self.seam.registry
-        return sum([await registry.trim(p) for p in set((await registry.priorities()).values())])
+        trimmed = 0
+        for shard in self.seam.shards:
+            registry = shard.registry
+            priorities = set((await registry.priorities()).values())
+            trimmed += sum([await registry.trim(p) for p in priorities])
+        return trimmed
 
 
 # --- the arq worker ------------------------------------------------------------------
@@ -186,6 +220,13 @@ class Sweeper:
 async def _startup(ctx: dict[str, Any]) -> None:
     settings: Settings = ctx.get("askq_settings") or Settings()
     seam = Seam(settings=settings)  # connects lazily; its loops ride out Redis restarts
+    try:
+        await seam.check_shards()  # a sweeper counting other shards is refused
+    except AskError as exc:
+        if exc.code is not ErrorCode.REDIS_UNAVAILABLE:
+            await seam.aclose()
+            raise
+        log.warning("could not check ASKQ_SHARDS against the deployment yet: %s", exc)
     sweeper = Sweeper(seam)
     sweeper.start()
     ctx["askq_sweeper"] = sweeper

@@ -287,7 +287,7 @@ def abort(settings: Settings, turn: str) -> None:
     async def run() -> tuple[int, bool]:
         async with Seam(settings=settings) as seam:
             with redis_errors(settings):
-                known = bool(await seam.redis.exists(seam.keys.aborted(turn)))
+                known = bool(await seam.redis.exists(seam.shard_of_turn(turn).keys.aborted(turn)))
             return await seam.abort_turn(turn, by="cli"), known
 
     count, already = run_cli(run)

@@ -37,9 +37,14 @@ async def test_restarted_caller_reattaches_and_is_not_asked_twice(
                 assert human.presented.empty()  # the human is not asked twice
                 await human.answer(offer.request_id, YES)
                 assert (await asyncio.wait_for(again, 5)).to_json() == YES_JSON
-                # After it settled, the same key returns the stored settlement at once.
-                repeat = await restarted.ask(SEED, caller("t2"), idempotency_key="call-2")
+                # After it settled, the same key returns the stored settlement at once,
+                # and says which request it was (as when it is out and waited on).
+                ids: list[str] = []
+                repeat = await restarted.ask(
+                    SEED, caller("t2"), idempotency_key="call-2", on_published=ids.append
+                )
                 assert repeat.to_json() == YES_JSON
+                assert ids == [offer.request_id]
             pending.cancel()
 
 

@@ -209,6 +209,10 @@ class Asking:
                     raise AskError(
                         ErrorCode.NOT_FOUND, f"request {pending.request_id!r} settled and expired"
                     )
+                # Out and already settled (a repeat after a lost reply, or a key naming a
+                # settled request): still published, so the caller learns its id.
+                if on_published is not None:
+                    on_published(pending.request_id)
                 return Settlement.model_validate_json(reply.value(0)).result()
             if reply.kind not in (Reply.OFFERED, Reply.ATTACHED):
                 pending.forget()

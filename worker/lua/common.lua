@@ -131,13 +131,18 @@ end
 -- k = {groups, live, group_info}
 local function route(k, after, now, scope_of)
   local all = redis.call('HGETALL', k.groups)
-  local names, priorities = {}, {}
+  local candidates = {}
   for i = 1, #all, 2 do
-    local name, priority = all[i], tonumber(all[i + 1])
-    if after == nil or priority > after then
-      local live_until = redis.call('ZSCORE', k.live, name)
-      if live_until and tonumber(live_until) > now then
-        names[#names + 1], priorities[#names + 1] = name, priority
+    local priority = tonumber(all[i + 1])
+    if after == nil or priority > after then candidates[all[i]] = priority end
+  end
+  -- Which of them are live: one read of the groups live after now, not a ZSCORE per
+  -- group (a waterfall of six groups made six calls per ask and per hop).
+  local names, priorities = {}, {}
+  if next(candidates) ~= nil then
+    for _, name in ipairs(redis.call('ZRANGEBYSCORE', k.live, string.format('(%d', now), '+inf')) do
+      if candidates[name] then
+        names[#names + 1], priorities[#names + 1] = name, candidates[name]
       end
     end
   end

@@ -367,14 +367,17 @@ end
 -- replicas are told the request moved on; after declines only, nobody showed it and
 -- no replica is woken for nothing.
 -- `r`: the request as load() read it, unchanged since (no read of it again).
-local function fall_through(k, request_id, plan, shown, r)
+-- `note`: the trail entry ({event, facts}) of the step that moved it, written first
+-- (with the next offer's entry, in one RPUSH).
+local function fall_through(k, request_id, plan, shown, r, note)
   if plan.priority == nil then
+    audit(k, request_id, note[1], note[2])
     settle(k, request_id, 'FAILED', 'NO_ANSWERER', no_answerer_body(), '', nil, r)
     return 'FAILED'
   end
   end_offer(k, request_id, nil, r)
   offer_to(k, request_id, plan.priority, plan.members, plan.now,
-    {info = plan.infos, inbox = r.inbox})
+    {info = plan.infos, inbox = r.inbox, first = note})
   if shown then
     announce(k, request_id, 'OFFERED', '', '', 'tier', plan.priority)
   end

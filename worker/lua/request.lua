@@ -47,14 +47,14 @@ local function not_deciding(r, group, tier, entry)
 end
 
 -- Nobody of the tier is left deciding or claiming: offer to the next tier, or fail
--- NO_ANSWERER. `r`: the request as load() read it; nothing wrote it since. Returns the new state, or nil (changing nothing) when the next tier's
--- stream was not declared. `note` writes the trail entry of the step that moved it,
--- once it is sure to happen.
+-- NO_ANSWERER. `r`: the request as load() read it; nothing wrote it since. Returns the
+-- new state, or nil (changing nothing) when the next tier's stream was not declared.
+-- `note`: the trail entry ({event, facts}) of the step that moved it, written once the
+-- move is sure to happen, with the offer's entry (one RPUSH).
 local function move_on(r, shown, note)
   local plan = plan_fall_through(K, r)
   if not plan then return nil end
-  note()
-  return fall_through(K, request_id, plan, shown, r)
+  return fall_through(K, request_id, plan, shown, r, note)
 end
 
 -- The group leaves the undecided set of the current offer (`event`: it 'declined',
@@ -63,10 +63,10 @@ end
 -- is stale.
 local function leave_undecided(r, group, event)
   if not current_view(r) then return nil end
-  local function note() audit(K, request_id, event, {group = group, tier = tonumber(r.tier)}) end
+  local note = {event, {group = group, tier = tonumber(r.tier)}}
   local undecided = without(r.undecided, group)
   if #undecided == 0 and #r.claimers == 0 then return move_on(r, false, note) end
-  note()
+  audit(K, request_id, note[1], note[2])
   redis.call('XACK', tier_prefix .. r.tier, group, r.offer)
   redis.call('HSET', K.req, 'undecided', table.concat(undecided, ','))
   drop_timer(K, timer_of('window', request_id, r.offer, group))
@@ -78,10 +78,10 @@ end
 -- on. Returns as above.
 local function leave_claim(r, group, event)
   if not current_view(r) then return nil end
-  local function note() audit(K, request_id, event, {group = group, tier = tonumber(r.tier)}) end
+  local note = {event, {group = group, tier = tonumber(r.tier)}}
   local claimers = without(r.claimers, group)
   if #claimers == 0 and #r.undecided == 0 then return move_on(r, true, note) end
-  note()
+  audit(K, request_id, note[1], note[2])
   redis.pcall('XACK', tier_prefix .. r.tier, group, r.offer)
   local state = (#claimers == 0) and 'OFFERED' or 'CLAIMED'
   redis.call('HSET', K.req, 'state', state, 'claimers', table.concat(claimers, ','))

@@ -308,7 +308,9 @@ local function settle(k, request_id, state, code, body, by, note, r)
   -- finds its settlement until both expire together, then asks anew. (An ask without
   -- a key declares the index's bare prefix, `{p}:idem:`, never written.)
   if string.sub(k.idem, -1) ~= ':' then redis.call('EXPIRE', k.idem, settled_ttl) end
-  redis.call('DEL', k.timeout_body)
+  -- The timeout body exists only for an ask with a timeout: a request known (`r`) to
+  -- have none ('0', ask.lua) skips the DEL; unknown, or asked before the field, deletes.
+  if not r or r.timeout ~= '0' then redis.call('DEL', k.timeout_body) end
   redis.call('SET', k.reply, body, 'EX', settled_ttl)
   redis.call('RPUSH', k.inbox, request_id .. ' ' .. body)
   redis.call('EXPIRE', k.inbox, settled_ttl)

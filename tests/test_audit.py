@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 
 from conftest import SEED, YES, Backend, running
 
-from askq import AskError, Caller, ErrorCode
-from askq._audit import Audit
+from askq import AskError, Caller, ErrorCode, Seam
+from askq._audit import Audit, RequestFilter
+from askq._recent import recent_in_shards
 from askq.answerers.memory import MemoryAnswerer
 
 
@@ -65,22 +67,70 @@ async def test_the_trail_lives_as_long_as_the_request(backend: Backend) -> None:
         assert detail.message is not None and detail.message.startswith("The user aborted")
 
 
+def first_digit(seam: Seam, digit: Callable[[], str]) -> None:
+    """The seam's next request ids start with `digit()` (the recent index is trimmed by
+    a settlement whose id starts with '0', lua/common.lua); the rest is as askq makes it."""
+    for shard in seam.shards:
+        make = shard.asking.new_id
+        shard.asking.new_id = lambda make=make: digit() + make()[1:]  # type: ignore[misc]
+
+
 async def test_recent_index_is_capped_and_the_stream_is_off_unless_asked(
     backend: Backend,
 ) -> None:
     rules = MemoryAnswerer(reply=lambda o: YES)
     async with backend.seam(recent_max=3) as seam, running(seam, rules, "rules"):
+        digits = iter("abcde0")
+        first_digit(seam, lambda: next(digits))
         ids = []
         for n in range(5):
             await seam.ask(SEED, caller(f"t{n}"))
             ids.append((await rules.next_presented()).request_id)
-        recent = await seam.redis.zrange(seam.keys.recent, 0, -1)
-        assert recent == ids[2:]  # the latest three, oldest first
+        # Untrimmed so far (no id started with '0'), but listed capped: the latest three.
+        assert await seam.redis.zrange(seam.keys.recent, 0, -1) == ids
+        audit = Audit(seam.redis, seam.keys, seam.settings)
+        assert [r.id for r in await audit.requests(RequestFilter(), 10)] == ids[:1:-1]
+        assert [r.id for r in await recent_in_shards(seam, 10)] == ids[:1:-1]
+        # One whose id starts with '0' trims the index to the latest three.
+        await seam.ask(SEED, caller("t5"))
+        ids.append((await rules.next_presented()).request_id)
+        assert ids[-1].startswith("0")
+        assert await seam.redis.zrange(seam.keys.recent, 0, -1) == ids[3:]
         assert await seam.redis.exists(seam.keys.audit_log) == 0
     async with backend.seam(audit_stream_maxlen=100) as seam, running(seam, rules, "rules"):
+        first_digit(seam, lambda: "a")  # (an id starting with 0 would trim the index)
         await seam.ask(SEED, caller("t-streamed"))
         offer = await rules.next_presented()
         entries = await seam.redis.xrange(seam.keys.audit_log)
         streamed = [json.loads(f["entry"])["e"] for _, f in entries]
         assert streamed == ["asked", "offered", "accepted", "answered"]
         assert {f["request"] for _, f in entries} == {offer.request_id}
+
+
+async def test_the_recent_listing_skips_what_expired_while_the_index_still_names_it(
+    backend: Backend,
+) -> None:
+    """Between two trims the index still names requests that expired (and, below, one
+    never settled here): the listings skip them, and the next trim forgets them."""
+    rules = MemoryAnswerer(reply=lambda o: YES)
+    async with backend.seam() as seam, running(seam, rules, "rules"):
+        digits = iter("abcd0")
+        first_digit(seam, lambda: next(digits))
+        ids = []
+        for n in range(4):
+            await seam.ask(SEED, caller(f"t{n}"))
+            ids.append((await rules.next_presented()).request_id)
+        # The oldest has expired (its keys gone); an id from long ago is still there.
+        k = seam.keys
+        await seam.redis.delete(k.request(ids[0]), k.payload(ids[0]), k.audit(ids[0]))
+        await seam.redis.zadd(k.recent, {"f" * 32: 1})
+        audit = Audit(seam.redis, k, seam.settings)
+        assert [r.id for r in await audit.requests(RequestFilter(), 10)] == ids[:0:-1]
+        assert [r.id for r in await recent_in_shards(seam, 10)] == ids[:0:-1]
+        assert [r.id for r in await recent_in_shards(seam, 2)] == ids[:1:-1]
+        await seam.ask(SEED, caller("t4"))  # its id starts with '0': it trims
+        ids.append((await rules.next_presented()).request_id)
+        # The id from long ago is forgotten; ids[0] settled just now (by hand, its keys
+        # went early), so the index keeps it, and the listings still skip it.
+        assert await seam.redis.zrange(k.recent, 0, -1) == ids
+        assert [r.id for r in await recent_in_shards(seam, 10)] == ids[:0:-1]

@@ -194,3 +194,57 @@ async def test_ask_whose_request_redis_lost_ends_at_its_timeout(seam: Seam) -> N
         with pytest.raises(AskError) as err:
             await asyncio.wait_for(task, 5)
     assert err.value.code == ErrorCode.NOT_FOUND and "lost" in err.value.message
+
+
+async def test_a_settlement_deletes_the_timeout_body_only_where_there_may_be_one(
+    backend: Backend, seam: Seam
+) -> None:
+    """An ask writes its timeout body only with a timeout, and says so in the hash
+    (`timeout`: '1' or '0'): settling a request known to have none skips the DEL. A
+    request asked before that field, or a settlement that does not read the hash
+    (abort_turn), may have one and deletes it. A body put by hand shows which did."""
+    human = MemoryAnswerer()
+
+    async def ask(turn: str, timeout: float | None = None) -> tuple[asyncio.Task[Any], str]:
+        task = asyncio.create_task(seam.ask(SEED, caller(turn), timeout=timeout))
+        return task, (await human.next_presented()).request_id
+
+    async def answered(task: asyncio.Task[Any], request_id: str) -> None:
+        await human.answer(request_id, YES)
+        await task
+
+    def keys(request_id: str) -> tuple[str, str]:
+        k = seam.shard_of_request(request_id).keys
+        return k.request(request_id), k.timeout_body(request_id)
+
+    async with running(seam, human, "desk"):
+        # With a timeout: its body is deleted when it is answered first.
+        task, request_id = await ask("timed", timeout=60)
+        req, body = keys(request_id)
+        assert await seam.redis.hget(req, "timeout") == "1"  # type: ignore[misc]
+        assert await seam.redis.exists(body) == 1
+        await answered(task, request_id)
+        assert await seam.redis.exists(body) == 0
+        # Without: no DEL (the body put by hand stays).
+        task, request_id = await ask("untimed")
+        req, body = keys(request_id)
+        assert await seam.redis.hget(req, "timeout") == "0"  # type: ignore[misc]
+        await seam.redis.set(body, "by hand")
+        await answered(task, request_id)
+        assert await seam.redis.get(body) == "by hand"
+        if backend.name == "real":  # the field keeps the hash compact
+            assert await seam.redis.object("encoding", req) == "listpack"
+        # Asked before the field: it may have a body, deleted.
+        task, request_id = await ask("old")
+        req, body = keys(request_id)
+        await seam.redis.hdel(req, "timeout")  # type: ignore[misc]
+        await seam.redis.set(body, "by hand")
+        await answered(task, request_id)
+        assert await seam.redis.exists(body) == 0
+        # abort_turn does not read the hash first: it deletes.
+        task, request_id = await ask("aborted")
+        await seam.redis.set(keys(request_id)[1], "by hand")
+        assert await seam.abort_turn("aborted") == 1
+        with pytest.raises(AskError):
+            await task
+        assert await seam.redis.exists(keys(request_id)[1]) == 0

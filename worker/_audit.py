@@ -284,8 +284,10 @@ class Audit:
             for k in self._all:  # every shard's
                 if keep.state != "settled":
                     pending += await self.redis.zrange(k.pending, 0, -1, desc=True, withscores=True)
-                if keep.state != "pending":
-                    recent += await self.redis.zrange(k.recent, 0, -1, desc=True, withscores=True)
+                if keep.state != "pending":  # (the index may hold a few more: common.lua)
+                    recent += await self.redis.zrange(
+                        k.recent, 0, self.settings.recent_max - 1, desc=True, withscores=True
+                    )
         # Newest first, by creation for the pending and settlement for the settled
         # (a request settled between the two reads is listed once).
         seen: set[str] = set()

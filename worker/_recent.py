@@ -65,7 +65,8 @@ async def recent_settlements(
     redis: Redis, keys: Keys, settings: Settings, limit: int
 ) -> list[RecentSettlement]:
     """The `limit` (at most MAX_RECENT) latest settlements still kept, newest first."""
-    limit = max(0, min(int(limit), MAX_RECENT))
+    # (recent_max too: the index is trimmed by some settlements only, lua/common.lua)
+    limit = max(0, min(int(limit), MAX_RECENT, settings.recent_max))
     if limit == 0:
         return []
     fields = ["state", "by", "code", "reason", "tier", "created_ms", "settled_ms", "payload"]
@@ -86,7 +87,7 @@ async def recent_settlements(
         state, by, code, reason, tier, created, settled, old_payload = row
         payload = payload or old_payload
         if state is None or payload is None:
-            continue  # expired between the two reads
+            continue  # expired (the index forgets it at its next trim)
         request = AskRequest.model_validate_json(payload)
         answered = [e for e in parse_trail(trail) if e.e == "answered"]
         created_ms = _int(created) or request.created_ms

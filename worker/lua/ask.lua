@@ -84,14 +84,16 @@ if not tier_stream(priority) then return {'STALE'} end
 -- The payload has its own key: kept out of the hash, the hash stays small enough for
 -- Redis's compact encoding (hash-max-listpack-value), about 1 KiB less per request.
 redis.call('SET', K.payload, A.payload_json)
--- The hash's own fields go in with the offer's (one HSET).
+local timeout = tonumber(A.timeout_ms)
+-- The hash's own fields go in with the offer's (one HSET). `timeout`: whether the ask
+-- has a timeout body to delete at settlement ('0': none, settle skips the DEL; a
+-- request asked before this field has no field, and settle deletes as before).
 local fields = {'inbox', K.inbox, 'turn', A.turn_id, 'agent', A.agent_id, 'created_ms', now,
-  'fingerprint', A.fingerprint}
+  'fingerprint', A.fingerprint, 'timeout', timeout > 0 and '1' or '0'}
 if idempotent then  -- (abort_turn reads which index to expire from the hash)
   redis.call('SET', K.idem, request_id)
   fields[#fields + 1], fields[#fields + 2] = 'idem', K.idem
 end
-local timeout = tonumber(A.timeout_ms)
 -- (the agent and turn are in the payload: the trail of a pending request stays small)
 local asked = {'asked', {owner = given(owner), timeout_ms = timeout > 0 and timeout or nil,
   idempotent = idempotent or nil}}

@@ -313,7 +313,9 @@ local function settle(k, request_id, state, code, body, by, note, r)
   -- finds its settlement until both expire together, then asks anew. (An ask without
   -- a key declares the index's bare prefix, `{p}:idem:`, never written.)
   if string.sub(k.idem, -1) ~= ':' then redis.call('EXPIRE', k.idem, settled_ttl) end
-  redis.call('DEL', k.timeout_body)
+  -- The timeout body exists only for an ask with a timeout: a request known (`r`) to
+  -- have none ('0', ask.lua) skips the DEL; unknown, or asked before the field, deletes.
+  if not r or r.timeout ~= '0' then redis.call('DEL', k.timeout_body) end
   redis.call('SET', k.reply, body, 'EX', settled_ttl)
   redis.call('RPUSH', k.inbox, request_id .. ' ' .. body)
   redis.call('EXPIRE', k.inbox, settled_ttl)
@@ -323,8 +325,17 @@ local function settle(k, request_id, state, code, body, by, note, r)
     {code = given(code), by = given(by), group = note.group, reason = note.reason})
   redis.call('EXPIRE', k.audit, settled_ttl)
   redis.call('ZADD', k.recent, now, request_id)
-  redis.call('ZREMRANGEBYSCORE', k.recent, '-inf', now - settled_ttl * 1000)
-  redis.call('ZREMRANGEBYRANK', k.recent, 0, -(recent_max + 1))
+  -- The index is trimmed (what expired, then beyond recent_max) by about 1 settlement
+  -- in 16, two commands the others save: the one whose id starts with '0' (a random
+  -- digit in an id askq makes; the last four name the shard, _shards.py). Between
+  -- trims it holds a few ids more than recent_max and some whose request expired: its
+  -- readers take the latest recent_max at most and skip a request that is gone
+  -- (_recent.py, _audit.py). The EXPIRE stays every time: the index must not expire
+  -- while it holds fresh entries.
+  if string.byte(request_id, 1) == 48 then
+    redis.call('ZREMRANGEBYSCORE', k.recent, '-inf', now - settled_ttl * 1000)
+    redis.call('ZREMRANGEBYRANK', k.recent, 0, -(recent_max + 1))
+  end
   redis.call('EXPIRE', k.recent, settled_ttl)
   -- Only a replica of a group that claims the request shows it (_shown.py), so only a
   -- claim needs the event to retract; a request settled with no claim held (an auto

@@ -12,10 +12,13 @@ dumps the counters and divides. Side by side, in one run:
 - `askq worker auto` answering every offer (XREADGROUP, then `claim_answer.lua`), on
   asyncio and on uvloop (`ASKQ_EVENT_LOOP=uvloop`);
 - `askq worker auto --policy decline` passing every offer on (XREADGROUP, then
-  `decline.lua`) to an answering worker behind it: one declining hop.
+  `decline.lua`) to an answering worker behind it: one declining hop;
+- the caller: a process calling `seam.ask` in a loop (`ask.lua`, then the reply
+  waiter's BLMPOP), set against the same raw worker for scale (the raw cycle's own
+  caller is this bench process).
 
-Counted: the worker's user-space instructions, from the offer's arrival to its script's
-reply (the kernel's share of a send or a wake-up is not in them). Valgrind slows the
+Counted: the process's user-space instructions over the n asks (the kernel's share of
+a send or a wake-up is not in them). Valgrind slows the
 worker about 50x, so n stays small; the counts repeat to within 1 % between runs.
 """
 
@@ -47,13 +50,16 @@ STARTUP_S = 300  # an askq worker under callgrind takes tens of seconds to impor
 class Counted:
     """A worker process under callgrind, its counters zeroed and dumped on demand."""
 
-    def __init__(self, name: str, argv: list[str], environ: dict[str, str], ready: str) -> None:
+    def __init__(
+        self, name: str, argv: list[str], environ: dict[str, str], ready: str, **pipes: bool
+    ) -> None:
         self.out = Path(tempfile.mkdtemp(prefix="askq-callgrind-")) / "callgrind.out"
         self.child = _procs.Child(
             name,
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}", *argv],
             environ,
             ready=ready,
+            **pipes,
         ).wait_ready(STARTUP_S)
 
     def _control(self, *flags: str) -> None:
@@ -135,20 +141,72 @@ async def askq_worker(url: str, n: int, *, loop: str, decline: bool) -> float:
         await redis.aclose()
 
 
-async def run(url: str, n: int) -> None:
+# The caller side: a process that asks `n` times in a row when told to (stdin), so its
+# counters can be zeroed after its warm-up and dumped when it is done.
+CALLER = r"""
+import asyncio, sys
+from askq import Caller, Seam
+from bench._common import QUESTION
+
+async def main() -> None:
+    caller = Caller(agent_id="cg", turn_id="cg")
+    async with Seam() as seam:
+        await seam.tier_streams(refresh=True)
+        print("ready", file=sys.stderr, flush=True)
+        for line in sys.stdin:
+            for _ in range(int(line)):
+                await seam.ask(QUESTION, caller)
+            print("done", flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def askq_caller(url: str, n: int) -> float:
+    prefix = new_prefix("cg")
+    answering = _procs.auto_worker(url, prefix, group="answer", priority=0).wait_ready()
+    argv = [sys.executable, "-c", CALLER]
+    caller = Counted("caller-cg", argv, _procs.env(url, prefix), "ready", stdin=True, stdout=True)
+
+    async def send(k: int) -> None:
+        caller.child.send(str(k))
+        assert await asyncio.to_thread(caller.child.read) == "done"
+
+    try:
+        return await per_offer(caller, send, n)
+    finally:
+        caller.stop()
+        answering.stop()
+        redis = aioredis.Redis.from_url(url, decode_responses=True)
+        await wipe(redis, prefix)
+        await redis.aclose()
+
+
+MEASURED: dict[str, Callable[[str, int], Awaitable[float]]] = {
+    "caller": askq_caller,
+    "asyncio": lambda url, n: askq_worker(url, n, loop="asyncio", decline=False),
+    "uvloop": lambda url, n: askq_worker(url, n, loop="uvloop", decline=False),
+    "decline": lambda url, n: askq_worker(url, n, loop="asyncio", decline=True),
+}
+
+
+async def run(url: str, n: int, only: list[str] | None = None) -> None:
     figures = {"raw": await raw(url, n)}
-    figures["asyncio"] = await askq_worker(url, n, loop="asyncio", decline=False)
-    figures["uvloop"] = await askq_worker(url, n, loop="uvloop", decline=False)
-    figures["decline"] = await askq_worker(url, n, loop="asyncio", decline=True)
+    for name, measure in MEASURED.items():
+        if not only or name in only:
+            figures[name] = await measure(url, n)
     base = figures["raw"]
     rows = [
         ("raw cycle's worker (sync redis-py: XREADGROUP, LPUSH, XACK)", "raw"),
         ("askq worker auto, answering (asyncio)", "asyncio"),
         ("askq worker auto, answering (uvloop)", "uvloop"),
         ("askq worker auto --policy decline, one hop (asyncio)", "decline"),
+        ("askq caller: seam.ask, sequential (asyncio)", "caller"),
     ]
-    print(f"instructions per offer, n={n} (callgrind; user space of the worker process)")
+    print(f"instructions per ask, n={n} (callgrind; user space of the process)")
     for label, key in rows:
+        if key not in figures:
+            continue
         print(f"  {label:62s} {figures[key] / 1e6:6.3f} M  {figures[key] / base:5.2f}x raw")
 
 
@@ -156,12 +214,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
     parser.add_argument("-n", type=int, default=200, help="sequential asks counted (default 200)")
     parser.add_argument("--redis-url", help="use this Redis instead of starting one")
+    parser.add_argument("--only", action="append", choices=list(MEASURED), help="repeatable")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         sys.exit("bench.instructions needs valgrind (apt-get install valgrind)")
     server = None if args.redis_url else RedisServer().start()
     try:
-        asyncio.run(run(args.redis_url or server.url, args.n))  # type: ignore[union-attr]
+        asyncio.run(run(args.redis_url or server.url, args.n, args.only))  # type: ignore[union-attr]
     finally:
         _procs.stop_all()
         if server is not None:

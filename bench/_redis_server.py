@@ -6,6 +6,7 @@ port and directory, which replays the AOF.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import redis
@@ -153,3 +155,18 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def redis_url_or_own(redis_url: str | None) -> Iterator[str]:
+    """`redis_url`, or a private server's for the block (stopped after it, with every
+    child process a benchmark started against it)."""
+    from . import _procs  # (not at import: the fault tests use this module alone)
+
+    server = None if redis_url else RedisServer().start()
+    try:
+        yield redis_url or server.url  # type: ignore[union-attr]
+    finally:
+        _procs.stop_all()
+        if server is not None:
+            server.stop()

@@ -41,7 +41,7 @@ from askq import Caller, Seam
 
 from . import _procs
 from ._common import new_prefix, wipe
-from ._redis_server import RedisServer
+from ._redis_server import redis_url_or_own
 from .roundtrip import RAW_WORKER, sequential_asks
 
 STARTUP_S = 300  # an askq worker under callgrind takes tens of seconds to import
@@ -218,13 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         sys.exit("bench.instructions needs valgrind (apt-get install valgrind)")
-    server = None if args.redis_url else RedisServer().start()
-    try:
-        asyncio.run(run(args.redis_url or server.url, args.n, args.only))  # type: ignore[union-attr]
-    finally:
-        _procs.stop_all()
-        if server is not None:
-            server.stop()
+    with redis_url_or_own(args.redis_url) as url:
+        asyncio.run(run(url, args.n, args.only))
 
 
 if __name__ == "__main__":

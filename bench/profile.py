@@ -24,7 +24,7 @@ from askq import Seam
 
 from . import _procs
 from ._common import new_prefix, wipe
-from ._redis_server import RedisServer
+from ._redis_server import redis_url_or_own
 from .roundtrip import sequential_asks
 
 INTERVAL = 0.001
@@ -125,13 +125,8 @@ def main() -> None:
     parser.add_argument("--redis-url")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    server = None if args.redis_url else RedisServer().start()
-    try:
-        asyncio.run(profile(args.redis_url or server.url, args.n, args.out))  # type: ignore[union-attr]
-    finally:
-        _procs.stop_all()
-        if server is not None:
-            server.stop()
+    with redis_url_or_own(args.redis_url) as url:
+        asyncio.run(profile(url, args.n, args.out))
     for side in ("caller", "worker"):
         print(f"\n== {side} (tree: {args.out / side}.txt)")
         print(render(args.out / f"{side}.pyisession", args.top))

@@ -31,7 +31,7 @@ from askq._scripts import Scripts
 from askq.answerers.auto import AutoAnswerer
 
 from ._common import QUESTION, wipe
-from ._redis_server import RedisServer
+from ._redis_server import redis_url_or_own
 
 Call = tuple[list[str], list[str]]
 
@@ -171,12 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-n", type=int, default=3000, help="replays of each script (default 3000)")
     parser.add_argument("--redis-url", help="use this Redis instead of starting one")
     args = parser.parse_args(argv)
-    server = None if args.redis_url else RedisServer().start()
-    try:
-        run(args.redis_url or server.url, args.n)  # type: ignore[union-attr]
-    finally:
-        if server is not None:
-            server.stop()
+    with redis_url_or_own(args.redis_url) as url:
+        run(url, args.n)
 
 
 if __name__ == "__main__":

@@ -37,10 +37,13 @@ async def test_asks_one_after_another_send_no_heartbeat_of_their_own(backend: Ba
     assert beats == []
 
 
-def _loop_module(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _loop_module(
+    env: dict[str, str], *, without_uvloop: bool = False
+) -> subprocess.CompletedProcess[str]:
     script = (
-        "import asyncio\n"
-        "from askq._loop import run_on_loop\n"
+        "import asyncio, sys\n"
+        + ("sys.modules['uvloop'] = None  # as if not installed\n" if without_uvloop else "")
+        + "from askq._loop import run_on_loop\n"
         "async def main():\n"
         "    return type(asyncio.get_running_loop()).__module__\n"
         "print(run_on_loop(main()))\n"
@@ -51,8 +54,16 @@ def _loop_module(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_commands_run_on_the_loop_the_setting_names(backend: Backend) -> None:
-    assert _loop_module(backend.env()).stdout.strip().startswith("asyncio")
+    # auto (the default): uvloop where it is installed (the test environment has the
+    # extra), asyncio where it is not.
+    assert _loop_module(backend.env()).stdout.strip() == "uvloop"
+    assert _loop_module(backend.env(ASKQ_EVENT_LOOP="auto")).stdout.strip() == "uvloop"
+    without = _loop_module(backend.env(), without_uvloop=True)
+    assert without.stdout.strip().startswith("asyncio"), without.stderr
+    assert _loop_module(backend.env(ASKQ_EVENT_LOOP="asyncio")).stdout.strip().startswith("asyncio")
     assert _loop_module(backend.env(ASKQ_EVENT_LOOP="uvloop")).stdout.strip() == "uvloop"
+    named = _loop_module(backend.env(ASKQ_EVENT_LOOP="uvloop"), without_uvloop=True)
+    assert named.returncode != 0 and "needs uvloop" in named.stderr
     bogus = askq(backend, "ask", stdin=json.dumps(SEED), ASKQ_EVENT_LOOP="trio")
     assert bogus.returncode != 0
     assert bogus.stderr.startswith("CONFIG_ERROR: settings: ASKQ_EVENT_LOOP: ")

@@ -128,11 +128,12 @@ class Settings(BaseSettings):
         description="Settled requests `askq requests` can list (the most recent; each"
         " for settled_ttl at most).",
     )
-    event_loop: Literal["asyncio", "uvloop"] = Field(
-        default="asyncio",
+    event_loop: Literal["auto", "asyncio", "uvloop"] = Field(
+        default="auto",
         description="The event loop the `askq` commands (workers, sweeper, ask) run on:"
-        " `uvloop` (the 'uvloop' extra) spends 10-25 % less CPU per ask"
-        " (docs/benchmarks.md). A program that embeds askq picks its own loop.",
+        " `auto` is uvloop when it is installed (the 'uvloop' extra: 10-25 % less CPU per"
+        " ask, docs/benchmarks.md), else asyncio. A program that embeds askq picks its"
+        " own loop.",
     )
 
 

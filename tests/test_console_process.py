@@ -22,9 +22,11 @@ ASKQ = [sys.executable, "-m", "askq"]
 PIPE = asyncio.subprocess.PIPE
 
 
-async def _exec(backend: Backend, *command: str, stdin: Any) -> asyncio.subprocess.Process:
+async def _exec(
+    backend: Backend, *command: str, stdin: Any, **env: str
+) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        *command, stdin=stdin, stdout=PIPE, stderr=PIPE, env=backend.env()
+        *command, stdin=stdin, stdout=PIPE, stderr=PIPE, env=backend.env(**env)
     )
 
 
@@ -56,21 +58,24 @@ def _one_config_error(err: bytes, why: str) -> str:
     return text
 
 
+# (the default loop, uvloop where installed, and each named: libuv would abort the
+# process with a closed stdin; run_on_loop keeps such a process on asyncio)
+@pytest.mark.parametrize("loop", ["auto", "uvloop", "asyncio"])
 @pytest.mark.parametrize(
     ("stdin", "why"),
     [("devnull", "standard input is /dev/null"), ("closed", "standard input is closed")],
 )
 async def test_console_without_a_usable_stdin_refuses_to_start(
-    backend: Backend, stdin: str, why: str
+    backend: Backend, stdin: str, why: str, loop: str
 ) -> None:
     if stdin == "devnull":
         command, fd0 = [*ASKQ, "worker", "console"], subprocess.DEVNULL
     else:  # fd 0 not open at all, as some supervisors start a process
         command, fd0 = ["sh", "-c", 'exec "$@" <&-', "sh", *ASKQ, "worker", "console"], None
     async with backend.seam() as seam:
-        proc = await _exec(backend, *command, stdin=fd0)
+        proc = await _exec(backend, *command, stdin=fd0, ASKQ_EVENT_LOOP=loop)
         _, err = await _refused_while_running(seam, proc)
-        assert proc.returncode == 12
+        assert proc.returncode == 12, err
         _one_config_error(err, why)
         # It never registered: no group of that name, so nothing was ever offered to it.
         assert await seam.redis.hget(seam.keys.groups, "console") is None

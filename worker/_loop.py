@@ -30,6 +30,11 @@ def run_on_loop(main: Coroutine[Any, Any, T]) -> T:
             ErrorCode.CONFIG_ERROR,
             "settings: ASKQ_EVENT_LOOP: Input should be 'auto', 'asyncio' or 'uvloop'",
         )
+    if not _standard_fds_open():
+        # libuv aborts the process (SIGABRT, an assertion in uv__close) once a closed
+        # fd 0-2 has been reused by a socket of its own: on asyncio the command runs
+        # and says what is wrong itself (the console refuses a closed stdin).
+        return asyncio.run(main)
     try:
         import uvloop
     except ImportError:
@@ -41,3 +46,12 @@ def run_on_loop(main: Coroutine[Any, Any, T]) -> T:
             "settings: ASKQ_EVENT_LOOP=uvloop needs uvloop: pip install 'askq[uvloop]'",
         ) from None
     return uvloop.run(main)
+
+
+def _standard_fds_open() -> bool:
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            return False
+    return True

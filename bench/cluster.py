@@ -36,12 +36,10 @@ from ._common import QUESTION, new_prefix
 from ._redis_cluster import RedisCluster
 from ._redis_server import RedisServer
 
-
-async def master_cpu(cluster: RedisCluster) -> dict[int, float]:
-    return {port: cpu for port, (cpu, _) in (await master_load(cluster)).items()}
+Load = dict[int, tuple[float, int]]  # per master port: CPU seconds, commands processed
 
 
-async def master_load(cluster: RedisCluster) -> dict[int, tuple[float, int]]:
+async def master_load(cluster: RedisCluster) -> Load:
     """Each master's CPU seconds (user + sys) and commands processed so far."""
     load = {}
     for port in cluster.master_ports():
@@ -107,40 +105,52 @@ async def command_latency(url: str, n: int = 3000) -> tuple[float, float]:
     return 1e6 * cpu / n, 1e6 * statistics.median(times)
 
 
+async def asking_window(
+    cluster: RedisCluster, askers: list[tuple[Seam, Caller]], seconds: float
+) -> tuple[int, float, Load, Load]:
+    """Each (seam, caller) asks one question after another; after a 1 s ramp, for
+    `seconds`: the asks done, the time it took, and each master's load before and after."""
+    done = 0
+    stop = asyncio.Event()
+
+    async def ask(seam: Seam, who: Caller) -> None:
+        nonlocal done
+        while not stop.is_set():
+            await seam.ask(QUESTION, who)
+            done += 1
+
+    tasks = [asyncio.create_task(ask(seam, who)) for seam, who in askers]
+    try:
+        await asyncio.sleep(1.0)  # ramp
+        n0, load0, t0 = done, await master_load(cluster), time.monotonic()
+        await asyncio.sleep(seconds)
+        n1, load1, t1 = done, await master_load(cluster), time.monotonic()
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    return n1 - n0, t1 - t0, load0, load1
+
+
 async def throughput(
     cluster: RedisCluster, prefixes: list[str], callers: int, seconds: float
 ) -> tuple[float, dict[int, float]]:
     url = cluster.url
     workers = _procs.start_all([_procs.auto_worker(url, p, settled_ttl=120) for p in prefixes])
-    done = 0
-    stop = asyncio.Event()
-
-    async def caller(seam: Seam, i: int) -> None:
-        nonlocal done
-        who = Caller(agent_id=f"c{i}", turn_id=f"c{i}")
-        while not stop.is_set():
-            await seam.ask(QUESTION, who)
-            done += 1
-
     seams = [Seam.from_url(url, prefix=p) for p in prefixes]
     try:
         for seam in seams:
             await seam.__aenter__()
         per = max(1, callers // len(seams))
-        tasks = [asyncio.create_task(caller(seam, i)) for seam in seams for i in range(per)]
-        await asyncio.sleep(1.0)  # ramp
-        n0, cpu0, t0 = done, await master_cpu(cluster), time.monotonic()
-        await asyncio.sleep(seconds)
-        n1, cpu1, t1 = done, await master_cpu(cluster), time.monotonic()
-        stop.set()
-        await asyncio.gather(*tasks)
+        askers = [
+            (seam, Caller(agent_id=f"c{i}", turn_id=f"c{i}")) for seam in seams for i in range(per)
+        ]
+        asks, elapsed, load0, load1 = await asking_window(cluster, askers, seconds)
     finally:
         for seam in seams:
             await seam.aclose()
         _procs.stop_all(workers)
-    asks = n1 - n0
-    per_ask = {port: 1e6 * (cpu1[port] - cpu0[port]) / max(1, asks) for port in cpu1}
-    return asks / (t1 - t0), per_ask
+    per_ask = {port: 1e6 * (load1[port][0] - load0[port][0]) / max(1, asks) for port in load1}
+    return asks / elapsed, per_ask
 
 
 async def sharded(
@@ -150,38 +160,23 @@ async def sharded(
     and the commands per ask."""
     url, prefix = cluster.url, new_prefix(f"sh{shards}")
     [worker] = _procs.start_all([_procs.auto_worker(url, prefix, settled_ttl=120, shards=shards)])
-    done = 0
-    stop = asyncio.Event()
-
-    async def caller(seam: Seam, i: int) -> None:
-        nonlocal done
-        who = Caller(agent_id=f"c{i}", turn_id=f"c{i}")  # turns spread over the shards
-        while not stop.is_set():
-            await seam.ask(QUESTION, who)
-            done += 1
-
     seam = Seam.from_url(url, prefix=prefix, shards=shards)
     try:
         await seam.__aenter__()
-        tasks = [asyncio.create_task(caller(seam, i)) for i in range(callers)]
-        await asyncio.sleep(1.0)  # ramp
-        n0, load0, t0 = done, await master_load(cluster), time.monotonic()
-        await asyncio.sleep(seconds)
-        n1, load1, t1 = done, await master_load(cluster), time.monotonic()
-        stop.set()
-        await asyncio.gather(*tasks)
+        # (a turn per caller: the turns spread over the shards)
+        askers = [(seam, Caller(agent_id=f"c{i}", turn_id=f"c{i}")) for i in range(callers)]
+        asks, elapsed, load0, load1 = await asking_window(cluster, askers, seconds)
     finally:
         await seam.aclose()
         _procs.stop_all([worker])
-    asks = max(1, n1 - n0)
     per_master = {
         port: (
-            1e6 * (load1[port][0] - load0[port][0]) / asks,
-            (load1[port][1] - load0[port][1]) / asks,
+            1e6 * (load1[port][0] - load0[port][0]) / max(1, asks),
+            (load1[port][1] - load0[port][1]) / max(1, asks),
         )
         for port in load1
     }
-    return (n1 - n0) / (t1 - t0), per_master
+    return asks / elapsed, per_master
 
 
 async def main() -> None:

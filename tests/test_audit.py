@@ -75,6 +75,15 @@ def first_digit(seam: Seam, digit: Callable[[], str]) -> None:
         shard.asking.new_id = lambda make=make: digit() + make()[1:]  # type: ignore[misc]
 
 
+async def asked_and_answered(seam: Seam, rules: MemoryAnswerer, *turns: str) -> list[str]:
+    """Ask once per turn, in order; the ids of the requests, as the rules group saw them."""
+    ids = []
+    for turn in turns:
+        await seam.ask(SEED, caller(turn))
+        ids.append((await rules.next_presented()).request_id)
+    return ids
+
+
 async def test_recent_index_is_capped_and_the_stream_is_off_unless_asked(
     backend: Backend,
 ) -> None:
@@ -82,18 +91,14 @@ async def test_recent_index_is_capped_and_the_stream_is_off_unless_asked(
     async with backend.seam(recent_max=3) as seam, running(seam, rules, "rules"):
         digits = iter("abcde0")
         first_digit(seam, lambda: next(digits))
-        ids = []
-        for n in range(5):
-            await seam.ask(SEED, caller(f"t{n}"))
-            ids.append((await rules.next_presented()).request_id)
+        ids = await asked_and_answered(seam, rules, *(f"t{n}" for n in range(5)))
         # Untrimmed so far (no id started with '0'), but listed capped: the latest three.
         assert await seam.redis.zrange(seam.keys.recent, 0, -1) == ids
         audit = Audit(seam.redis, seam.keys, seam.settings)
         assert [r.id for r in await audit.requests(RequestFilter(), 10)] == ids[:1:-1]
         assert [r.id for r in await recent_in_shards(seam, 10)] == ids[:1:-1]
         # One whose id starts with '0' trims the index to the latest three.
-        await seam.ask(SEED, caller("t5"))
-        ids.append((await rules.next_presented()).request_id)
+        ids += await asked_and_answered(seam, rules, "t5")
         assert ids[-1].startswith("0")
         assert await seam.redis.zrange(seam.keys.recent, 0, -1) == ids[3:]
         assert await seam.redis.exists(seam.keys.audit_log) == 0
@@ -116,10 +121,7 @@ async def test_the_recent_listing_skips_what_expired_while_the_index_still_names
     async with backend.seam() as seam, running(seam, rules, "rules"):
         digits = iter("abcd0")
         first_digit(seam, lambda: next(digits))
-        ids = []
-        for n in range(4):
-            await seam.ask(SEED, caller(f"t{n}"))
-            ids.append((await rules.next_presented()).request_id)
+        ids = await asked_and_answered(seam, rules, *(f"t{n}" for n in range(4)))
         # The oldest has expired (its keys gone); an id from long ago is still there.
         k = seam.keys
         await seam.redis.delete(k.request(ids[0]), k.payload(ids[0]), k.audit(ids[0]))
@@ -128,8 +130,7 @@ async def test_the_recent_listing_skips_what_expired_while_the_index_still_names
         assert [r.id for r in await audit.requests(RequestFilter(), 10)] == ids[:0:-1]
         assert [r.id for r in await recent_in_shards(seam, 10)] == ids[:0:-1]
         assert [r.id for r in await recent_in_shards(seam, 2)] == ids[:1:-1]
-        await seam.ask(SEED, caller("t4"))  # its id starts with '0': it trims
-        ids.append((await rules.next_presented()).request_id)
+        ids += await asked_and_answered(seam, rules, "t4")  # its id starts with '0': it trims
         # The id from long ago is forgotten; ids[0] settled just now (by hand, its keys
         # went early), so the index keeps it, and the listings still skip it.
         assert await seam.redis.zrange(k.recent, 0, -1) == ids

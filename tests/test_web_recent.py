@@ -133,3 +133,23 @@ async def test_the_dashboard_reads_as_a_person_would(seam: Seam) -> None:
     assert "Rotate the &lt;b&gt;API&lt;/b&gt; keys now?" in cell
     assert "+1 more" in cell
 
+
+async def test_the_charts_keep_group_names_text_and_show_the_busiest_groups(seam: Seam) -> None:
+    """The charts show what the counts say, escaped (a name written into the counts by
+    anyone stays text); with many groups, the 12 that answered most, and how many more."""
+    seconds, _ = await seam.redis.time()
+    minute = int(seconds) // 60
+    key = seam.shards[0].keys.trends
+    fields = {f"{minute}|answered|0|50|<b>bold</b>": "100"}
+    fields |= {f"{minute}|answered|1|60|g{n:02}": str(n + 1) for n in range(30)}
+    await seam.redis.hset(key, mapping=fields)  # type: ignore[misc]
+    async with web_replica(seam, serve=True) as (_, web):
+        async with signed_in(web) as client:
+            body = (await client.get("/fleet/live")).text
+    times = body[body.index('id="chart-times"') :].split("</figure>")[0]
+    assert "<b>bold</b>" not in body
+    assert 'data-label="&lt;b&gt;bold&lt;/b&gt;"' in times
+    labels = re.findall(r'<g class="row" data-label="([^"]+)"', times)
+    # the 12 with the most answers (g19..g29 answered 20..30 times), by tier and name
+    assert labels == ["&lt;b&gt;bold&lt;/b&gt;", *[f"g{n}" for n in range(19, 30)]]
+    assert "19 more groups not shown." in times

@@ -27,6 +27,7 @@ from askq import (
 )
 
 from ._access import Access
+from ._charts import charts
 from ._forms import FormState, read_form
 from ._inbox import Inbox, InboxEntry, reason_for
 from ._live import LiveHub, Message, Subscriber, sse
@@ -356,6 +357,7 @@ class InboxPages:
 
     async def _fleet_context(self) -> dict[str, Any]:
         status = await self.group.fleet()
+        trends = await self.group.trends()
         pending = Counter((str(r.state), r.tier) for r in status.requests)
         return {
             "groups": status.groups,
@@ -375,6 +377,7 @@ class InboxPages:
             ],
             "open_streams": self.hub.open_streams,
             "group": self.group.name,
+            "charts": charts(trends),
         }
 
     async def fleet(self, request: Request) -> Response:

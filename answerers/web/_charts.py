@@ -100,9 +100,11 @@ def plural(n: int, one: str, many: str | None = None) -> str:
 
 
 def duration(seconds: float) -> str:
-    """A wait as a person reads it: 3 ms, 0.4 s, 12 s, 4.5 min, 2.1 h."""
+    """A wait as a person reads it: 2.6 ms, 40 ms, 0.4 s, 12 s, 4.5 min, 2.1 h."""
     if seconds < 0.001:
         return "< 1 ms"
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f} ms"
     if seconds < 0.1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 10:

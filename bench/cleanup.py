@@ -78,6 +78,12 @@ async def run(ctx: Context) -> Section:
         waited = now() - settled
         after_kinds = await kinds(ctx, prefix)
         k = seam.keys
+        # The dashboard's last hour of counts (one hash, `{p}:trends`) is kept for an
+        # hour after the last minute anything happened, whatever the settled TTL: the
+        # deployment's own, like its registry, not left over by a request.
+        if await ctx.redis.exists(k.trends):
+            after -= 1
+            after_kinds += " (trends: the last hour's counts, kept an hour)"
         lengths = f"tier stream {await ctx.redis.xlen(k.tier(0))} entries, events stream" + (
             f" {await ctx.redis.xlen(k.events)} entries"
         )

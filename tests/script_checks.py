@@ -16,9 +16,9 @@ CHECKER = """
 local __declared = {}
 for _, key in ipairs(KEYS) do __declared[key] = true end
 local __first_key = {DEL = 'all', EXISTS = 'all', EXPIRE = 1, GET = 1, HDEL = 1, HGET = 1,
-  HGETALL = 1, HKEYS = 1, HMGET = 1, HSET = 1, HSETNX = 1, LPUSH = 1, LTRIM = 1, RPUSH = 1,
-  SADD = 1, SCARD = 1, SET = 1, SMEMBERS = 1, SREM = 1, TIME = 'none', XACK = 1, XADD = 1,
-  XGROUP = 2, ZADD = 1, ZCOUNT = 1, ZRANGE = 1, ZREM = 1, ZREMRANGEBYRANK = 1,
+  HGETALL = 1, HINCRBY = 1, HKEYS = 1, HMGET = 1, HSET = 1, HSETNX = 1, LPUSH = 1, LTRIM = 1,
+  RPUSH = 1, SADD = 1, SCARD = 1, SET = 1, SMEMBERS = 1, SREM = 1, TIME = 'none', XACK = 1,
+  XADD = 1, XGROUP = 2, ZADD = 1, ZCOUNT = 1, ZRANGE = 1, ZREM = 1, ZREMRANGEBYRANK = 1,
   ZRANGEBYSCORE = 1, ZREMRANGEBYSCORE = 1, ZREVRANGE = 1, ZSCORE = 1}
 local function __check(command, ...)
   local args = {...}

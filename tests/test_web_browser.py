@@ -204,7 +204,8 @@ async def test_a_question_answered_elsewhere_leaves_with_its_reason(
         await page.goto(f"{url}/fleet")
         body = await page.inner_text("#fleet")
         assert "answered by rules (policy=recommended)" in body
-        await page.screenshot(path=str(_shot(tmp_path, "web-fleet.png")), full_page=True)
+        # (the README's docs/web-fleet.png: test_web_fleet_browser.py, a fuller hour)
+        await page.screenshot(path=str(tmp_path / "web-fleet.png"), full_page=True)
 
 
 async def test_a_signed_link_answers_once(backend: Backend, browser: Any) -> None:

@@ -36,6 +36,7 @@ from ._sweeper import Sweeper
 from ._sync import SyncSeam
 from ._text import quoted, visible
 from ._tool import TOOL_NAME, AskUserQuestionTool, ToolResult, input_schema, input_schema_json
+from ._trends import FleetTrends, GroupTimes, MinuteCounts, TierShare
 from ._types import AbortSignal, OnTimeout
 
 __all__ = [
@@ -89,4 +90,8 @@ __all__ = [
     "visible",
     "serve_metrics",
     "RecentSettlement",
+    "FleetTrends",
+    "GroupTimes",
+    "MinuteCounts",
+    "TierShare",
 ]

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ._requests import Requests
     from ._status import FullStatus
     from ._store import ChannelStore
+    from ._trends import FleetTrends
 
 
 # An answer refused with one of these will never be accepted, whoever retries it.
@@ -64,6 +65,7 @@ class GroupHandle:
         live: Callable[[], bool] | None = None,
         fleet: Callable[[], Awaitable[FullStatus]] | None = None,
         recent: Callable[[int], Awaitable[list[RecentSettlement]]] | None = None,
+        trends: Callable[[], Awaitable[FleetTrends]] | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -76,6 +78,7 @@ class GroupHandle:
         self._live = live or (lambda: False)
         self._fleet = fleet
         self._recent = recent
+        self._trends = trends
 
     @property
     def live(self) -> bool:
@@ -97,6 +100,15 @@ class GroupHandle:
         if self._recent is None:
             raise AskError(ErrorCode.INTERNAL, f"group {self.name} has no view of the fleet")
         return await self._recent(limit)
+
+    async def trends(self) -> FleetTrends:
+        """The deployment's last hour, minute by minute (every group's): asked,
+        answered, escalated, timed out, failed; the time from ask to answer by group
+        (median, 90th percentile); each tier's share of the answers. One read per
+        shard, for a dashboard's charts."""
+        if self._trends is None:
+            raise AskError(ErrorCode.INTERNAL, f"group {self.name} has no view of the fleet")
+        return await self._trends()
 
     async def request(self, request_id: str) -> AskRequest:
         """The request: its questions, scope and caller. NOT_FOUND once expired."""

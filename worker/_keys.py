@@ -27,6 +27,8 @@ touch any of them atomically (as bullmq does with `bull:{queue}:`). With
 | {p}:audit:<id>             | list   | a request's audit trail (JSON entries); its TTL     |
 | {p}:audit                  | stream | every trail entry, capped (if enabled; audit tail)  |
 | {p}:recent                 | zset   | settled request ids by settlement ms (capped, TTL)  |
+| {p}:trends                 | hash   | per-minute counts of the last hour (the dashboard's |
+|                            |        | charts: asked, answered by group, timed out...; TTL)|
 | {p}:sweepers               | hash   | sweeper replica -> JSON (last beat, ttl, host, pid) |
 | {p}:beats:<group>          | hash   | replica -> ms of its last heartbeat (status)        |
 | {p}:sends:failed           | stream | channel sends that gave up (capped; status)         |
@@ -136,6 +138,12 @@ class Keys:
     def recent(self) -> str:
         """The settled requests by settlement time (ms): capped, and forgets the expired."""
         return f"{self.base}:recent"
+
+    @property
+    def trends(self) -> str:
+        """Per-minute counts of the last hour (`<minute>|<what>` -> n), written by the
+        scripts that ask, settle and escalate (lua/common.lua, `count`); `_trends.py`."""
+        return f"{self.base}:trends"
 
     @property
     def sweepers(self) -> str:

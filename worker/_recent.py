@@ -39,6 +39,8 @@ class RecentSettlement(BaseModel):
     code: str = ""
     reason: str = ""
     header: str = ""
+    question: str = ""  # the first question's text
+    questions: int = 1  # how many the request asked
     agent: str = ""
     created_ms: int | None = None
     settled_ms: int
@@ -102,6 +104,8 @@ async def recent_settlements(
                 code=code or "",
                 reason=reason or "",
                 header=request.questions[0].header,
+                question=request.questions[0].question,
+                questions=len(request.questions),
                 agent=request.caller.agent_id,
                 created_ms=created_ms,
                 settled_ms=settled_ms,

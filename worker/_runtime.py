@@ -57,6 +57,7 @@ from ._shown import Shown, ShownInShards
 from ._status import full_status
 from ._store import ChannelStore
 from ._text import cut, visible
+from ._trends import fleet_trends
 
 log = logging.getLogger("askq.runtime")
 
@@ -235,6 +236,7 @@ class AnswererRuntime:
             live=self.ready.is_set,
             fleet=lambda: full_status(seam, FLEET_LISTED),
             recent=lambda n: recent_in_shards(seam, n),
+            trends=lambda: fleet_trends(seam),
         )
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Task[Any]] = set()

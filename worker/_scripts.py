@@ -111,6 +111,7 @@ class Scripts:
             "callers": k.callers,
             "audit_log": k.audit_log,
             "recent": k.recent,
+            "trends": k.trends,
         }
         self._common: dict[str, Any] = {
             "tier_prefix": k.tier_prefix,
@@ -227,9 +228,7 @@ class Scripts:
 
         async def keys(fresh: bool) -> Mapping[str, str]:
             if facts is not None and not fresh:
-                found = self.request_keys(
-                    request_id, facts.inbox, facts.turn_id, facts.idempotency
-                )
+                found = self.request_keys(request_id, facts.inbox, facts.turn_id, facts.idempotency)
                 return {**found, **more}
             info = await self.requests.info(request_id, fresh=fresh)
             request = info.request

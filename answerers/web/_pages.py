@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,12 +22,14 @@ from askq import (
     AskError,
     AskRequest,
     ErrorCode,
+    FleetTrends,
     GroupHandle,
     RecentSettlement,
     scope_matches,
 )
 
 from ._access import Access
+from ._charts import charts
 from ._forms import FormState, read_form
 from ._inbox import Inbox, InboxEntry, reason_for
 from ._live import LiveHub, Message, Subscriber, sse
@@ -38,6 +41,9 @@ log = logging.getLogger("askq.web")
 
 SSE_PING_SECONDS = 15
 RECENT_SHOWN = 20  # the dashboard's recent settlements (the deployment's latest)
+# The charts' counts are read at most this often per replica, however many dashboards
+# are open (a busy hour of 50 groups is ~12,000 fields per shard: a few ms to read).
+TRENDS_FRESH_SECONDS = 1.0
 
 
 def parse_selector(text: str) -> dict[str, str]:
@@ -70,6 +76,7 @@ class InboxPages:
         self.render = renderer
         self.throttle = throttle
         self.hub = LiveHub(inbox, access, self.render_item, self.snapshot)
+        self._trends: tuple[float, FleetTrends] | None = None
 
     def routes(self) -> list[Route]:
         return [
@@ -354,8 +361,15 @@ class InboxPages:
 
     # --- the dashboard -------------------------------------------------------------------
 
+    async def _fleet_trends(self) -> FleetTrends:
+        now = time.monotonic()
+        if self._trends is None or now - self._trends[0] >= TRENDS_FRESH_SECONDS:
+            self._trends = (now, await self.group.trends())
+        return self._trends[1]
+
     async def _fleet_context(self) -> dict[str, Any]:
         status = await self.group.fleet()
+        trends = await self._fleet_trends()
         pending = Counter((str(r.state), r.tier) for r in status.requests)
         return {
             "groups": status.groups,
@@ -375,6 +389,7 @@ class InboxPages:
             ],
             "open_streams": self.hub.open_streams,
             "group": self.group.name,
+            "charts": charts(trends),
         }
 
     async def fleet(self, request: Request) -> Response:

@@ -49,6 +49,11 @@ def when(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
 
+def noun(n: int, one: str, many: str | None = None) -> str:
+    """The noun that fits a count: 1 group, 2 groups (`many`: when not `one` + s)."""
+    return one if n == 1 else (many or one + "s")
+
+
 class Renderer:
     def __init__(self, root: str = "") -> None:
         self.root = root  # where the app is mounted ("" at the top)
@@ -57,7 +62,7 @@ class Renderer:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        self.env.globals.update(age=age, when=when)
+        self.env.globals.update(age=age, when=when, noun=noun)
 
     def text(self, name: str, context: Mapping[str, Any]) -> str:
         base = {"root": self.root, "static_url": self.root + STATIC_PATH, "user": None, "csrf": ""}

@@ -1,6 +1,6 @@
 -- Abort a turn: the durable mark first (no new ask of the turn gets in), then every
 -- unsettled request of the turn -> CANCELLED(ABORTED), whether or not its caller lives.
--- uses: aborted turn pending events timers audit_log recent +tiers +requests
+-- uses: aborted turn pending events timers audit_log recent trends +tiers +requests
 -- (+requests: for each id, in order: req, reply, inbox, asked, payload, timeout_body, idem,
 -- audit)
 -- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max abort_ttl settlement by
@@ -34,7 +34,7 @@ for _, id in ipairs(ids) do
   local k = {req = KEYS[s + 1], reply = KEYS[s + 2], inbox = KEYS[s + 3], turn = K.turn,
     pending = K.pending, events = K.events, timers = K.timers, asked = KEYS[s + 4],
     payload = KEYS[s + 5], timeout_body = KEYS[s + 6], idem = KEYS[s + 7],
-    audit = KEYS[s + 8], audit_log = K.audit_log, recent = K.recent}
+    audit = KEYS[s + 8], audit_log = K.audit_log, recent = K.recent, trends = K.trends}
   local state = redis.call('HGET', k.req, 'state')
   if state and not TERMINAL[state] then
     settle(k, id, 'CANCELLED', 'ABORTED', A.settlement, A.by, {reason = 'turn aborted'})

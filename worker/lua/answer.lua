@@ -2,7 +2,7 @@
 -- the questions before the script ran; the first valid answer wins, later ones are refused.
 -- A group claims at its own tier, so the script needs only that tier's stream.
 -- uses: req reply payload timeout_body idem inbox asked turn pending events timers tier
--- uses: audit audit_log recent
+-- uses: audit audit_log recent trends
 -- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id group
 -- args: settlement by
 -- replies: ANSWERED | NOT_CLAIMED state | SETTLED state by code reason | NOT_FOUND | STALE

@@ -6,7 +6,7 @@
 -- connection: the first send may have run).
 -- uses: req reply payload timeout_body idem inbox asked alive prev_inbox prev_asked
 -- uses: turn aborted owner agent pending groups live group_info timers wake
--- uses: callers audit audit_log +tiers
+-- uses: callers audit audit_log trends +tiers
 -- args: tier_prefix settled_ttl audit_maxlen request_id
 -- args: payload_json turn_id agent_id
 -- args: claimed_owner process caller_ttl_ms timeout_ms timeout_settlement fingerprint
@@ -78,7 +78,11 @@ end
 local now = now_ms()
 local priority, members, infos = route(K, nil, now,
   scope_reader(function() return A.payload_json end))
-if priority == nil then return {'NO_ANSWERER', NO_ANSWERER_MESSAGE} end
+if priority == nil then
+  count(K, 'asked')  -- (the fleet's trends: asked, and nobody could take it)
+  count(K, 'failed')
+  return {'NO_ANSWERER', NO_ANSWERER_MESSAGE}
+end
 if not tier_stream(priority) then return {'STALE'} end
 
 -- The payload has its own key: kept out of the hash, the hash stays small enough for
@@ -106,4 +110,5 @@ end
 redis.call('SADD', K.turn, request_id)
 redis.call('ZADD', K.pending, now, request_id)
 register_caller()
+count(K, 'asked')
 return {'OFFERED', tostring(priority), entry}

@@ -2,7 +2,7 @@
 -- any non-terminal state -> CANCELLED. `reason` says which ('withdrawn', 'caller gone'):
 -- the trail, the hash and the answerers' event carry it.
 -- uses: req reply payload timeout_body idem inbox asked turn pending events timers
--- uses: audit audit_log recent +tiers
+-- uses: audit audit_log recent trends +tiers
 -- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id code
 -- args: settlement by reason
 -- replies: CANCELLED | SETTLED state by code reason | NOT_FOUND | STALE

@@ -2,7 +2,7 @@
 -- OFFERED|CLAIMED -> ANSWERED, with accept's guards (the offer is still the group's to
 -- decide) and answer's (the first valid answer wins). One round trip instead of two.
 -- uses: req reply payload timeout_body idem inbox asked turn pending events timers tier
--- uses: audit audit_log recent
+-- uses: audit audit_log recent trends
 -- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id group
 -- args: tier offer settlement by
 -- replies: ANSWERED | SETTLED state by code reason | NOT_FOUND | STALE_OFFER | NOT_OFFERED | STALE

@@ -2,7 +2,8 @@
 -- Such a script declares the arguments tier_prefix, settled_ttl and audit_maxlen, and
 -- the keys audit (the request's trail) and audit_log (the deployment's audit stream);
 -- one that may settle a request or send an event declares the key events and the
--- arguments events_maxlen and recent_max too, and one that may settle, the key recent.
+-- arguments events_maxlen and recent_max too, and one that may settle, the keys recent
+-- and trends (as does one that counts an ask or an escalation: `count` below).
 --
 -- A script that may move a request to another tier gets the streams of every tier the
 -- caller knows of (`+tiers`); one that acts on the group's own tier, that one stream. A
@@ -293,12 +294,61 @@ local function settled_event(state, code, defaulted)
   return 'failed'
 end
 
+-- The fleet's trends (the web dashboard's charts, _trends.py): counts by minute of the
+-- last hour in one hash per shard, `{p}:trends`, field `<minute>|<what>` (minute: the
+-- server's ms // 60000), written in the step they count, so they cannot drift from it:
+--   asked                          a new request (ask.lua), or an ask no group could take
+--   answered|<tier>|<b>|<group>    answered through the group at that tier; b = the time
+--                                  from the ask, floor(4 * log2(ms)) (buckets 19 % wide)
+--   defaulted  timed_out  cancelled  failed     the other settlements (settle)
+--   escalated|<group>              a claim not answered in time (fire.lua)
+-- One HINCRBY a count. Only a field new this minute (its count came back 1) reads the
+-- minute last cleaned (`minute`): the first one of a new minute deletes the minutes
+-- older than the hour kept and renews the TTL (one HKEYS a minute, not a call per ask).
+local TRENDS_MINUTES = 61  -- the hour shown and the minute in progress
+local function count(k, what)
+  local minute = math.floor(now_ms() / 60000)
+  if redis.call('HINCRBY', k.trends, minute .. '|' .. what, 1) > 1 then return end
+  local cleaned = tonumber(redis.call('HGET', k.trends, 'minute'))
+  if cleaned and cleaned >= minute then return end
+  local old = {}
+  for _, field in ipairs(redis.call('HKEYS', k.trends)) do
+    local m = tonumber(string.match(field, '^(%d+)|'))
+    if m and m <= minute - TRENDS_MINUTES then old[#old + 1] = field end
+  end
+  for i = 1, #old, 1000 do
+    redis.call('HDEL', k.trends, unpack(old, i, math.min(i + 999, #old)))
+  end
+  redis.call('HSET', k.trends, 'minute', minute)
+  redis.call('EXPIRE', k.trends, (TRENDS_MINUTES + 1) * 60)
+end
+
+-- What a settlement counts as (above): an answer through a group by its tier, the
+-- group and how long it took since the ask; the others by the trail's event.
+-- `r`: the request as load() read it (tier, created), else they are read.
+local function count_settled(k, state, code, note, r)
+  if state ~= 'ANSWERED' or not note.group then
+    count(k, settled_event(state, code, note.defaulted))
+    return
+  end
+  local tier, created
+  if r then
+    tier, created = r.tier, r.created
+  else
+    tier, created = unpack(redis.call('HMGET', k.req, 'tier', 'created_ms'))
+  end
+  local took = math.max(now_ms() - (tonumber(created) or now_ms()), 1)
+  local bucket = math.floor(4 * math.log(took) / math.log(2))
+  count(k, 'answered|' .. (tier or '') .. '|' .. bucket .. '|' .. note.group)
+end
+
 -- The one settlement: reply written, caller woken, indexes and timers released,
 -- answerers told, the trail's last entry written and the trail and the request kept
 -- for settled_ttl (and listed among the recent ones, a capped index that forgets what
--- expired). k = {req, reply, inbox, turn, pending, events, timers, asked, payload,
--- timeout_body, idem, audit, audit_log, recent}. `note`: the trail entry's facts
--- (group: the group it settled through; reason: why it was cancelled; defaulted).
+-- expired), and counted in the fleet's trends. k = {req, reply, inbox, turn, pending,
+-- events, timers, asked, payload, timeout_body, idem, audit, audit_log, recent, trends}.
+-- `note`: the trail entry's facts (group: the group it settled through; reason: why it
+-- was cancelled; defaulted).
 -- `r`: the request as load() read it, when nothing changed it since (saves a read).
 local function settle(k, request_id, state, code, body, by, note, r)
   note = note or {}
@@ -337,6 +387,7 @@ local function settle(k, request_id, state, code, body, by, note, r)
     redis.call('ZREMRANGEBYRANK', k.recent, 0, -(recent_max + 1))
   end
   redis.call('EXPIRE', k.recent, settled_ttl)
+  count_settled(k, state, code, note, r)
   -- Only a replica of a group that claims the request shows it (_shown.py), so only a
   -- claim needs the event to retract; a request settled with no claim held (an auto
   -- answer, a timeout or cancel while offered, declines all the way down) wakes nobody.

@@ -7,7 +7,7 @@
 --             channel retracts (event ESCALATED)
 --   remind    the group's channel re-notifies (event REMIND)
 -- uses: req reply payload timeout_body idem inbox asked turn pending events
--- uses: groups live group_info timers wake audit audit_log recent +tiers
+-- uses: groups live group_info timers wake audit audit_log recent trends +tiers
 -- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id timer
 -- replies: FIRED state | MOOT | GONE | STALE
 --@include request
@@ -42,6 +42,7 @@ elseif kind == 'escalate' then
   state = leave_claim(r, group, 'escalated')
   if state then
     announce(K, request_id, 'ESCALATED', '', '', 'group', group)
+    count(K, 'escalated|' .. group)
   end
 elseif kind == 'remind' then
   if not contains(r.claimers, group) then return moot() end

@@ -9,10 +9,11 @@ local request_id = A.request_id
 
 local function load()
   local f = redis.call('HMGET', K.req, 'state', 'tier', 'offer', 'undecided', 'claimers',
-    'by', 'code', 'inbox', 'reason', 'offered', 'timeout')
+    'by', 'code', 'inbox', 'reason', 'offered', 'timeout', 'created_ms')
   return {state = f[1], tier = f[2], offer = f[3], undecided = split(f[4]),
     claimers = split(f[5]), by = f[6] or '', code = f[7] or '', inbox = f[8],
-    reason = f[9] or '', offered = f[10], claimers_raw = f[5], timeout = f[11]}
+    reason = f[9] or '', offered = f[10], claimers_raw = f[5], timeout = f[11],
+    created = f[12]}
 end
 
 -- The reply for a request that is no longer in play (or never was).

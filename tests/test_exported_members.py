@@ -48,6 +48,7 @@ EXPORTED = [
     "Sweeper",
     "SyncSeam",
     "ToolResult",
+    "answered_by",
     "input_schema",
     "input_schema_json",
     "parse_answers",

@@ -83,7 +83,7 @@ def test_own_words_are_custom_text_whole() -> None:
     ("questions", "text", "reason"),
     [
         ([SEED_Q], "3", "there is no option 3; choose 1 or 2"),
-        ([SEED_Q], "1, 2", "choose one option, not 2"),
+        ([SEED_Q], "1, 2", "takes one option only, and your reply chose 1 and 2"),
         ([SEED_Q], "   \n  ", "the reply has no answer in it"),
         ([LANGS], "1, 4", "there is no option 4; choose 1 to 3"),
         ([SEED_Q, NAME], "1: 1", 'no answer for question 2 ("Name")'),
@@ -143,6 +143,53 @@ GERMAN_REPLY = "1\n\nAm Di., 1. Dez. 2026 um 14:00 Uhr schrieb askq <askq@askq.e
 )
 def test_quoted_history_and_signatures_are_stripped(text: str, kept: str) -> None:
     assert strip_quoted(text) == kept
+
+
+LEAD = "Proceed with the destructive cleanup?"
+LEADS = (
+    LEAD,
+    "Reminder: this question is still waiting for your answer.",
+    "I could not read your answer:",
+)
+MARKED = f"{LEAD}\n##- Please type your reply above this line -##\n\n  1. Yes\n  2. No\n"
+
+
+def _quoted(text: str) -> str:
+    return "\n".join(f"> {line}" if line else ">" for line in text.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        # The question mail quoted whole, as clients do: its lead line, then the marker.
+        (f"2\n\nThanks,\nAlice\n\nOn Tue, Dec 1, 2026 askq wrote:\n{_quoted(MARKED)}", "2"),
+        (
+            f"Keep the newest one.\nDelete the rest.\n\n{MARKED}",
+            "Keep the newest one.\nDelete the rest.",
+        ),
+        (f"Keep it.\n\n>\n{_quoted(MARKED)}", "Keep it."),
+        (f"On Tue, Dec 1, 2026 askq wrote:\n{_quoted(MARKED)}\n\n2\n\n-- \nBob", "2"),
+        (
+            "Neither.\n\nI could not read your answer: there is no option 7; choose 1 or 2.\n"
+            "##- Please type your reply above this line -##\n\n  1. Yes\n",
+            "Neither.",
+        ),
+        (
+            "Later.\n\nReminder: this question is still waiting for your answer.\n"
+            "##- Please type your reply above this line -##\n\nConfirm\n",
+            "Later.",
+        ),
+    ],
+)
+def test_the_quote_starts_at_our_lead_line(text: str, kept: str) -> None:
+    """A mail starts with its lead line (the preview), then the marker: a reply that
+    quotes it without `>` and without a header a parser knows still reads right."""
+    assert strip_quoted(text, LEADS) == kept
+
+
+def test_a_persons_line_like_the_lead_is_kept_when_not_just_above_the_marker() -> None:
+    text = f"{LEAD} Yes, go ahead.\nThanks\n\n{MARKED}"
+    assert strip_quoted(text, LEADS) == f"{LEAD} Yes, go ahead.\nThanks"
 
 
 def test_html_quotes_are_dropped() -> None:

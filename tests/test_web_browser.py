@@ -154,9 +154,10 @@ async def test_sign_in_see_a_question_arrive_answer_it(
         assert problem == "Choose one of the options, or choose Other… and write your own answer."
         shown = await page.inner_text("main")
         assert '"go"' not in shown and "custom text" not in shown
-        await page.screenshot(path=str(_shot(tmp_path, "web-answer-invalid.png")))
+        await page.screenshot(path=str(tmp_path / "web-answer-invalid.png"))
         assert all("422" in e for e in errors)  # the browser notes the page's own status
         errors.clear()
+        await page.goto(page.url)  # the form afresh, for the screenshot
         await page.check("text=No, hold it")
         await page.screenshot(path=str(_shot(tmp_path, "web-answer.png")))
         await page.click("button.primary")
@@ -252,14 +253,14 @@ async def test_a_signed_link_answers_once(backend: Backend, browser: Any, tmp_pa
         shown = await page.inner_text("main")
         assert "Answered through a link by finance@example.com" in shown
         assert await page.locator("form.answer").count() == 0
-        await page.screenshot(path=str(_shot(tmp_path, "link-used.png")))
+        await page.screenshot(path=str(tmp_path / "link-used.png"))
         # A link cut short or altered: a page that says what to do, not an exception.
         await page.goto(f"{url}/a/{token[:-4]}")
         assert await page.inner_text("h1") == "This link does not work"
         shown = await page.inner_text("main")
         assert "Open it again from the message it came in" in shown
         assert "forged" not in shown and "group" not in shown
-        await page.screenshot(path=str(_shot(tmp_path, "link-broken.png")))
+        await page.screenshot(path=str(tmp_path / "link-broken.png"))
         await context.close()
 
 

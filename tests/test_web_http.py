@@ -505,3 +505,16 @@ async def test_fleet_shows_sweepers_and_failed_sends(
 
         await eventually(sweeper_shown)
         assert " s ago</td><td>" in await live_body()
+
+
+async def test_a_failure_of_ours_is_a_page_for_a_person_not_the_exception(
+    web: WebAnswerer, alice: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(request_id: str) -> Any:
+        raise AskError(ErrorCode.INTERNAL, "unexpected KeyError: 'tier' in requests.lua")
+
+    monkeypatch.setattr(web.group, "request", broken)
+    page = await alice.get("/q/" + "0" * 32)
+    assert page.status_code == 500
+    assert "askq could not show this page. Try again in a moment" in page.text
+    assert "KeyError" not in page.text and "lua" not in page.text

@@ -92,6 +92,12 @@ def links_routes(
     return routes
 
 
+def recipient_shown(recipient: str) -> str:
+    """Who a link is for, as the page names them: `slack:U0123` is "U0123 in Slack"."""
+    source, sep, who = recipient.partition(":")
+    return f"{who} in Slack" if sep and source == "slack" and who else recipient
+
+
 class LinkPages:
     def __init__(
         self,
@@ -213,7 +219,7 @@ class LinkPages:
                 "action": f"{self.path}/{request.path_params['token']}",
                 "csrf": csrf,
                 "submit_label": "Confirm",
-                "recipient": claims.recipient,
+                "recipient": recipient_shown(claims.recipient),
                 "stream": None,
             },
             status,
@@ -284,7 +290,7 @@ class LinkPages:
             {
                 "request": asked,
                 "open": False,
-                "recipient": claims.recipient,
+                "recipient": recipient_shown(claims.recipient),
                 "stream": None,
                 **context,
             },

@@ -22,7 +22,7 @@ from askq.answerers.email import (
     read_answers,
     reply_text,
 )
-from askq.answerers.email._compose import Envelope, header_text
+from askq.answerers.email._compose import Envelope, header_text, reply_leads
 from askq.answerers.email._mime import auto_reply, bounce, html_text, strip_quoted
 
 SEED_Q = Question.model_validate(
@@ -387,3 +387,27 @@ def test_a_question_email_survives_the_wire_and_hides_nothing() -> None:
     assert "agent\\x1b[2J" in text.get_content() and "\x1b" not in text.get_content()
     assert "&lt;i&gt;three&lt;/i&gt;" in html.get_content() and "<i>" not in html.get_content()
     assert "&lt;b&gt;nope&lt;/b&gt;" in html.get_content()
+
+
+def test_a_long_question_leads_with_its_start_and_is_shown_whole_below() -> None:
+    long = "Roll the release back to build 4127 " + "and drain the canary pool first " * 4 + "?"
+    question = Question.model_validate(
+        {"id": "q", "header": "Rollback", "question": long, "options": [{"label": "Yes"}]}
+    )
+    request = AskRequest(
+        id="f" * 32, questions=[question], caller=Caller(agent_id="a", turn_id="t"), created_ms=0
+    )
+    envelope = Envelope("askq@askq.example", "askq", "a@b.example", "r@askq.example", "<m@x>")
+    message = question_message(request, envelope, None)
+    text = message.get_body(preferencelist=("plain",)).get_content()  # type: ignore[union-attr]
+    html = message.get_body(preferencelist=("html",)).get_content()  # type: ignore[union-attr]
+    lead, marker = text.splitlines()[:2]
+    assert len(lead) <= 72 and lead.endswith("…") and long.startswith(lead[:-1])
+    assert marker == "##- Please type your reply above this line -##"
+    assert long in text  # whole, below the marker
+    shown = [line for line in html_text(html).splitlines() if line.strip()]
+    assert shown[0] == long  # the HTML leads with it whole
+    quoted = "\n".join(f"> {line}" for line in text.splitlines())
+    for below in (quoted, text):  # quoted with `>`, or not at all
+        reply = f"Yes, after the canary drains.\n\n{below}"
+        assert strip_quoted(reply, reply_leads([question])) == "Yes, after the canary drains."

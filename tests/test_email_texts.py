@@ -114,7 +114,7 @@ async def test_unreadable_feedback_opens_with_why_and_a_reply_to_it_answers(
         assert why.startswith(first.rstrip("…")) and second == REPLY_ABOVE
         assert why in " ".join(text.split())
         assert "not 2" not in text
-        assert shown_lines(html)[0] == first
+        assert shown_lines(html)[:2] == [why, REPLY_ABOVE]  # whole: HTML is not re-wrapped
         words = "Neither: wait for the release."
         await submit(port(email), reply_to(told, words, html=False))
         assert (await asyncio.wait_for(task, 10)).answers[0].custom == words

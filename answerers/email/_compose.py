@@ -253,16 +253,25 @@ def question_html(
     may_answer: bool = True,
 ) -> str:
     questions = request.questions
-    lead, below = _top(questions, preface, may_answer)
+    # The lead is the text's lead line, but whole (HTML is not re-wrapped when quoted),
+    # and on one line (a reply's reader knows the line just above the marker).
+    one_line = len(questions) == 1 and "\n" not in questions[0].question.strip()
+    lead_is_question = one_line and (not preface or not may_answer)
+    if lead_is_question:
+        lead = _h(questions[0].question.strip())
+        below = [] if may_answer else [INFORMATION_ONLY]
+    elif preface and may_answer:
+        lead, below = _h(preface[0]), [visible(line) for line in preface[1:]]
+    else:
+        lead, below = html.escape(lead_line(questions)), [] if may_answer else [INFORMATION_ONLY]
     parts = [
         '<!DOCTYPE html><html><head><meta charset="utf-8"></head>'
         '<body style="font-family:sans-serif;font-size:14px;color:#202124">',
-        f'<p style="font-size:16px;font-weight:bold">{html.escape(lead)}</p>',
+        f'<p style="font-size:16px;font-weight:bold">{lead}</p>',
     ]
     if may_answer:
         parts.append(f'<p style="{_GREY}">{html.escape(REPLY_ABOVE)}</p>')
     parts += [f"<p>{html.escape(line)}</p>" for line in below if line]
-    lead_is_question = not preface and _lead_says_it_all(questions)
     for number, question in enumerate(questions, 1):
         if not lead_is_question:
             head = _h(question.header)

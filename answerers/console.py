@@ -46,6 +46,7 @@ from askq import (
     Offer,
     Question,
     Retraction,
+    answered_by,
     visible,
 )
 
@@ -302,7 +303,8 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
             try:
                 await self.group.answer(offer.request_id, answers, by=self.by)
             except AskError as exc:
-                self._say(Text(f"✗ {_headers(offer)}: {visible(exc.message)}", style="red"))
+                refusal = await self._refusal(offer, exc)
+                self._say(Text(f"✗ {_headers(offer)}: {visible(refusal)}", style="red"))
                 if exc.code in FINAL_REFUSALS:  # no longer ours: say so and move on
                     return
                 continue  # INVALID_REQUEST, Redis down: the person may answer again
@@ -312,6 +314,17 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
                 continue
             self._say(Text(f"✓ {_headers(offer)}: answered", style="green"))
             return
+
+    async def _refusal(self, offer: Offer, exc: AskError) -> str:
+        """Why the answer was refused: who answered first, as a person says it."""
+        if exc.code is ErrorCode.ALREADY_SETTLED:
+            try:
+                settlement = await self.group.settlement(offer.request_id)
+            except AskError:
+                return exc.message
+            if settlement is not None and settlement.state == "ANSWERED":
+                return f"already {answered_by(settlement.by)}: your answer was not recorded"
+        return exc.message
 
     async def _collect(self, offer: Offer) -> list[dict[str, Any]]:
         answers = []

@@ -256,7 +256,7 @@ async def answered_on_slack_while_prompting(desk: Desk, by: str = "slack:U123") 
 async def test_answered_elsewhere(desk: Desk) -> None:
     answers = await answered_on_slack_while_prompting(desk)
     assert answers.to_json() == '{"answers":[{"id":"deploy","selected":["No"]}]}'
-    await desk.until("✗ Confirm: retracted — answered elsewhere by slack:U123")
+    await desk.until("✗ Confirm: retracted — answered in Slack by U123")
     # The abandoned prompt does not swallow the next request's input.
     nxt = desk.ask(NAME, turn="t2")
     await desk.type("Hazel", prompts=2)
@@ -274,7 +274,7 @@ async def test_late_answer_is_refused(make_desk: Callable[..., Awaitable[Desk]])
     desk = await make_desk(_Deaf)
     await answered_on_slack_while_prompting(desk)
     await desk.type("1", prompts=1)
-    await desk.until("✗ Confirm: already settled: answered by slack:U123")
+    await desk.until("✗ Confirm: already answered in Slack by U123: your answer was not recorded")
     nxt = desk.ask(NAME, turn="t2")
     await desk.type("Hazel", prompts=2)  # moved on to the next request
     await asyncio.wait_for(nxt, 5)
@@ -467,7 +467,7 @@ async def test_typing_the_number_sends_the_label_shown_next_to_it(desk: Desk) ->
 
 async def test_who_answered_elsewhere_is_shown_as_data(desk: Desk) -> None:
     await answered_on_slack_while_prompting(desk, by="x\x1b[2Jy")
-    await desk.until("✗ Confirm: retracted — answered elsewhere by x\\x1b[2Jy")
+    await desk.until("✗ Confirm: retracted — answered by x\\x1b[2Jy")
     assert "\x1b" not in desk.text
 
 
@@ -504,7 +504,7 @@ async def test_refusal_quoting_agent_text_is_shown_as_data(
     await other.answer(offer.request_id, [{"id": "deploy", "selected": ["No"]}], by="x\x1b[2Jy")
     await asyncio.wait_for(asked, 5)
     await desk.type("1", prompts=1)
-    await desk.until("✗ Confirm: already settled: answered by x\\x1b[2Jy")
+    await desk.until("✗ Confirm: already answered by x\\x1b[2Jy: your answer was not recorded")
     assert "\x1b" not in desk.text
 
 

@@ -241,7 +241,8 @@ async def test_a_reply_after_settlement_is_told_already_answered(
         late = (await sink.wait(4))[3]
         assert late.rcpt_tos == (BOB,)
         assert re.search(
-            rf"Already answered by email:{ALICE} at \d{{4}}-\d\d-\d\d \d\d:\d\d UTC", late.text()
+            rf"Already answered in an email reply by {ALICE} at \d{{4}}-\d\d-\d\d \d\d:\d\d UTC",
+            late.text(),
         )
         settlement = await seam.settlement(request_id_of(questions[ALICE]))
         assert settlement is not None and settlement.by == f"email:{ALICE}"
@@ -509,7 +510,7 @@ async def test_answered_elsewhere_sends_a_note_when_asked_to(
         await memory.answer(offer.request_id, [{"id": "cleanup", "selected": ["No, keep them"]}])
         assert await answered(task) == NO_JSON
         note = (await sink.wait(2))[1]
-        assert "answered elsewhere by memory" in note.text()
+        assert "This question was answered by memory: no answer is needed." in note.text()
         assert note.header("In-Reply-To") == question.header("Message-ID")
 
 
@@ -614,12 +615,13 @@ async def test_links_are_signed_per_recipient_and_option(
     backend: Backend, seam: Seam, sink: SmtpSink
 ) -> None:
     base = "https://askq.example.com"
-    async with email_worker(backend, sink, link_base_url=base):
+    async with email_worker(backend, sink, link_base_url=base) as email:
         task = asking(seam, SEED)
         (question,) = await sink.wait(1)
         tokens = re.findall(re.escape(base) + r"/a/([A-Za-z0-9_.-]+)", question.html())
         assert len(tokens) == 3  # one per option, and the page
-        claims = [SignedLinks([SECRET]).check(token, group="email") for token in tokens]
+        links, store = SignedLinks([SECRET]), email.group.store
+        claims = [await links.resolve(token, group="email", store=store) for token in tokens]
         assert {c.recipient for c in claims} == {ALICE}
         assert {c.request_id for c in claims} == {request_id_of(question)}
         assert [c.option for c in claims] == [
@@ -660,10 +662,12 @@ async def test_a_link_confirmed_answers_once_and_a_late_reply_is_told(
             again = await client.post(path, data={"csrf": csrf(page.text), "q0": "opt0"})
             assert again.status_code == 410
         settlement = await seam.settlement(request_id_of(question))
-        assert settlement is not None and settlement.by == f"email:{ALICE}"
+        assert settlement is not None and settlement.by == f"email-link:{ALICE}"
         await submit(port(email), reply_to(question, "1"))
         late = (await sink.wait(2))[1]
-        assert re.search(rf"Already answered by email:{ALICE} at \d{{4}}-", late.text())
+        assert re.search(
+            rf"Already answered through a link in an email by {ALICE} at \d{{4}}-", late.text()
+        )
 
 
 async def test_a_reply_bigger_than_the_limit_is_refused(

@@ -35,6 +35,7 @@ async def test_the_emails_link_clicked_in_chromium_answers_once(
             (question,) = await sink.wait(1)
             link = re.search(r'href="([^"]+)"[^>]*>No, keep them</a>', question.html())
             assert link is not None and link.group(1).startswith(base + "/a/")
+            assert len(link.group(1)) == len(base) + len("/a/") + 32  # short: its claims are stored
             page = await (await browser.new_context()).new_page()
             await page.goto(link.group(1))  # GET: the confirm page, the option pre-selected
             assert await page.is_checked("text=No, keep them")
@@ -47,5 +48,8 @@ async def test_the_emails_link_clicked_in_chromium_answers_once(
                 answers.to_json() == '{"answers":[{"id":"cleanup","selected":["No, keep them"]}]}'
             )
             await page.goto(link.group(1))  # opened again: answered, nothing to submit
-            assert "already answered by email:alice@acme.example" in await page.inner_text("main")
+            shown = await page.inner_text("main")
+            assert "This link has been used: a link answers once." in shown
+            assert "Answered through a link in an email by alice@acme.example" in shown
+            assert "email:" not in shown and "email-link" not in shown
             assert await page.locator("form.answer").count() == 0

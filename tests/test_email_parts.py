@@ -22,7 +22,7 @@ from askq.answerers.email import (
     read_answers,
     reply_text,
 )
-from askq.answerers.email._compose import Envelope, header_text
+from askq.answerers.email._compose import Envelope, header_text, reply_leads
 from askq.answerers.email._mime import auto_reply, bounce, html_text, strip_quoted
 
 SEED_Q = Question.model_validate(
@@ -83,7 +83,7 @@ def test_own_words_are_custom_text_whole() -> None:
     ("questions", "text", "reason"),
     [
         ([SEED_Q], "3", "there is no option 3; choose 1 or 2"),
-        ([SEED_Q], "1, 2", "choose one option, not 2"),
+        ([SEED_Q], "1, 2", "takes one option only, and your reply chose 1 and 2"),
         ([SEED_Q], "   \n  ", "the reply has no answer in it"),
         ([LANGS], "1, 4", "there is no option 4; choose 1 to 3"),
         ([SEED_Q, NAME], "1: 1", 'no answer for question 2 ("Name")'),
@@ -143,6 +143,53 @@ GERMAN_REPLY = "1\n\nAm Di., 1. Dez. 2026 um 14:00 Uhr schrieb askq <askq@askq.e
 )
 def test_quoted_history_and_signatures_are_stripped(text: str, kept: str) -> None:
     assert strip_quoted(text) == kept
+
+
+LEAD = "Proceed with the destructive cleanup?"
+LEADS = (
+    LEAD,
+    "Reminder: this question is still waiting for your answer.",
+    "I could not read your answer:",
+)
+MARKED = f"{LEAD}\n##- Please type your reply above this line -##\n\n  1. Yes\n  2. No\n"
+
+
+def _quoted(text: str) -> str:
+    return "\n".join(f"> {line}" if line else ">" for line in text.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        # The question mail quoted whole, as clients do: its lead line, then the marker.
+        (f"2\n\nThanks,\nAlice\n\nOn Tue, Dec 1, 2026 askq wrote:\n{_quoted(MARKED)}", "2"),
+        (
+            f"Keep the newest one.\nDelete the rest.\n\n{MARKED}",
+            "Keep the newest one.\nDelete the rest.",
+        ),
+        (f"Keep it.\n\n>\n{_quoted(MARKED)}", "Keep it."),
+        (f"On Tue, Dec 1, 2026 askq wrote:\n{_quoted(MARKED)}\n\n2\n\n-- \nBob", "2"),
+        (
+            "Neither.\n\nI could not read your answer: there is no option 7; choose 1 or 2.\n"
+            "##- Please type your reply above this line -##\n\n  1. Yes\n",
+            "Neither.",
+        ),
+        (
+            "Later.\n\nReminder: this question is still waiting for your answer.\n"
+            "##- Please type your reply above this line -##\n\nConfirm\n",
+            "Later.",
+        ),
+    ],
+)
+def test_the_quote_starts_at_our_lead_line(text: str, kept: str) -> None:
+    """A mail starts with its lead line (the preview), then the marker: a reply that
+    quotes it without `>` and without a header a parser knows still reads right."""
+    assert strip_quoted(text, LEADS) == kept
+
+
+def test_a_persons_line_like_the_lead_is_kept_when_not_just_above_the_marker() -> None:
+    text = f"{LEAD} Yes, go ahead.\nThanks\n\n{MARKED}"
+    assert strip_quoted(text, LEADS) == f"{LEAD} Yes, go ahead.\nThanks"
 
 
 def test_html_quotes_are_dropped() -> None:
@@ -340,3 +387,27 @@ def test_a_question_email_survives_the_wire_and_hides_nothing() -> None:
     assert "agent\\x1b[2J" in text.get_content() and "\x1b" not in text.get_content()
     assert "&lt;i&gt;three&lt;/i&gt;" in html.get_content() and "<i>" not in html.get_content()
     assert "&lt;b&gt;nope&lt;/b&gt;" in html.get_content()
+
+
+def test_a_long_question_leads_with_its_start_and_is_shown_whole_below() -> None:
+    long = "Roll the release back to build 4127 " + "and drain the canary pool first " * 4 + "?"
+    question = Question.model_validate(
+        {"id": "q", "header": "Rollback", "question": long, "options": [{"label": "Yes"}]}
+    )
+    request = AskRequest(
+        id="f" * 32, questions=[question], caller=Caller(agent_id="a", turn_id="t"), created_ms=0
+    )
+    envelope = Envelope("askq@askq.example", "askq", "a@b.example", "r@askq.example", "<m@x>")
+    message = question_message(request, envelope, None)
+    text = message.get_body(preferencelist=("plain",)).get_content()  # type: ignore[union-attr]
+    html = message.get_body(preferencelist=("html",)).get_content()  # type: ignore[union-attr]
+    lead, marker = text.splitlines()[:2]
+    assert len(lead) <= 72 and lead.endswith("…") and long.startswith(lead[:-1])
+    assert marker == "##- Please type your reply above this line -##"
+    assert long in text  # whole, below the marker
+    shown = [line for line in html_text(html).splitlines() if line.strip()]
+    assert shown[0] == long  # the HTML leads with it whole
+    quoted = "\n".join(f"> {line}" for line in text.splitlines())
+    for below in (quoted, text):  # quoted with `>`, or not at all
+        reply = f"Yes, after the canary drains.\n\n{below}"
+        assert strip_quoted(reply, reply_leads([question])) == "Yes, after the canary drains."

@@ -52,6 +52,7 @@ EXPORTED = [
     "SyncSeam",
     "TierShare",
     "ToolResult",
+    "answered_by",
     "input_schema",
     "input_schema_json",
     "parse_answers",

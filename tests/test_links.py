@@ -200,3 +200,98 @@ def test_the_signing_key_is_derived_not_the_raw_secret() -> None:
     forged = f"{payload}.{base64.urlsafe_b64encode(raw).rstrip(b'=').decode()}"
     with pytest.raises(LinkError):
         links.check(forged, group="web", now=NOW)
+
+
+# --- stored links (`issue` / `resolve`): short, their claims in the group's store -------
+
+
+class MemoryStore:
+    """The two ChannelStore calls a stored link makes, in memory; counts the reads."""
+
+    def __init__(self, ttl: int = 86400) -> None:
+        self.ttl = ttl
+        self.records: dict[str, dict[str, str]] = {}
+        self.reads = 0
+
+    async def set_fields(self, name: str, values: dict[str, str]) -> None:
+        self.records.setdefault(name, {}).update(values)
+
+    async def all_fields(self, name: str) -> dict[str, str]:
+        self.reads += 1
+        return dict(self.records.get(name, {}))
+
+
+async def _issue(links: SignedLinks, store: MemoryStore, **kw: object) -> str:
+    args: dict[str, object] = {"ttl": 600.0, "now": NOW, **kw}
+    return await links.issue(store, "req-1", "email", "bob@example.com", **args)  # type: ignore[arg-type]
+
+
+async def test_a_stored_link_is_short_and_resolves_to_its_claims() -> None:
+    links, store = _links(), MemoryStore()
+    option = "Yes, delete every one of the 3 stale branches (Recommended) " * 3
+    token = await _issue(links, store, question_id="go", option=option)
+    assert len(token) == 32 and all(c.isalnum() or c in "-_" for c in token)
+    claims = await links.resolve(token, group="email", store=store, now=NOW + 1)  # type: ignore[arg-type]
+    assert claims == LinkClaims(
+        request_id="req-1",
+        group="email",
+        recipient="bob@example.com",
+        expires_at=int(NOW + 600),
+        jti=claims.jti,
+        question_id="go",
+        option=option,
+    )
+    other = await _issue(links, store)
+    assert (await links.resolve(other, group="email", store=store, now=NOW)).jti != claims.jti  # type: ignore[arg-type]
+
+
+async def test_a_guessed_or_altered_stored_link_is_refused_without_reading_redis() -> None:
+    links, store = _links(), MemoryStore()
+    token = await _issue(links, store)
+    guesses = [
+        "A" * 32,  # a guess
+        token[:16] + "B" * 16,  # a real id, a made-up tag
+        token[:-1] + ("A" if token[-1] != "A" else "B"),  # one character changed
+        await _issue(_links("another-secret-0123456789"), store),  # another secret
+    ]
+    for guess in guesses:
+        with pytest.raises(LinkError) as caught:
+            await links.resolve(guess, group="email", store=store, now=NOW)  # type: ignore[arg-type]
+        assert (caught.value.status, caught.value.problem) == (403, "forged")
+    for bad in ("short", "x" * 33, "%" * 32):
+        with pytest.raises(LinkError) as caught:
+            await links.resolve(bad, group="email", store=store, now=NOW)  # type: ignore[arg-type]
+        assert (caught.value.status, caught.value.problem) == (403, "malformed")
+    assert store.reads == 0
+
+
+async def test_a_stored_link_expires_and_never_outlives_its_record() -> None:
+    links, store = _links(), MemoryStore(ttl=100)
+    token = await _issue(links, store, ttl=7 * 86400.0)
+    claims = await links.resolve(token, group="email", store=store, now=NOW)  # type: ignore[arg-type]
+    assert claims.expires_at == int(NOW + 100)  # the store keeps the record 100 s
+    with pytest.raises(LinkError) as caught:
+        await links.resolve(token, group="email", store=store, now=NOW + 100)  # type: ignore[arg-type]
+    assert (caught.value.status, caught.value.problem) == (410, "expired")
+    assert caught.value.expired_at == int(NOW + 100)
+    store.records.clear()  # the record expired with the request
+    with pytest.raises(LinkError) as caught:
+        await links.resolve(token, group="email", store=store, now=NOW)  # type: ignore[arg-type]
+    assert (caught.value.status, caught.value.problem) == (410, "gone")
+
+
+async def test_a_stored_link_for_another_group_is_403_and_rotation_keeps_it() -> None:
+    store = MemoryStore()
+    token = await _issue(_links(SECRET), store)
+    with pytest.raises(LinkError) as caught:
+        await _links().resolve(token, group="web", store=store, now=NOW)  # type: ignore[arg-type]
+    assert (caught.value.status, caught.value.problem) == (403, "other group")
+    rotated = _links("new-secret-0123456789", SECRET)
+    assert (await rotated.resolve(token, group="email", store=store, now=NOW)).recipient  # type: ignore[arg-type]
+
+
+async def test_resolve_takes_a_self_contained_link_too() -> None:
+    links = _links()
+    token = links.mint("req-1", "web", "slack:U01", ttl=600, now=NOW)
+    claims = await links.resolve(token, group="web", store=MemoryStore(), now=NOW)  # type: ignore[arg-type]
+    assert claims.recipient == "slack:U01"

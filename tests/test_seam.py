@@ -89,7 +89,7 @@ async def test_two_accepting_groups_first_answer_wins_other_is_told(seam: Seam) 
         assert (await task).to_json() == YES_JSON
         retraction = await web.next_retracted()
         assert retraction.request_id == on_web.request_id
-        assert retraction.reason == "answered elsewhere by slack:U1"
+        assert retraction.reason == "answered in Slack by U1"  # for a person to read
         with pytest.raises(AskError) as late:
             await web.answer(on_web.request_id, NO)
         assert late.value.code is ErrorCode.ALREADY_SETTLED

@@ -275,7 +275,7 @@ def test_the_top_level_texts_are_escaped_and_keep_askqs_own_mention() -> None:
     answered = final_text([HOSTILE], Outcome("ANSWERED", user="UALICE"))
     assert answered.startswith("✅ *Answered* by <@UALICE> — &lt;!channel&gt; &amp; go: ")
     elsewhere = final_text([HOSTILE], Outcome("ANSWERED", by="console:<!channel>"))
-    assert elsewhere.startswith("✅ *Answered elsewhere* by console:&lt;!channel&gt; — ")
+    assert elsewhere.startswith("✅ *Answered* in a terminal by &lt;!channel&gt; — ")
     for long in (
         fallback_text([worst(0, False)]),
         final_text([worst(0, False)], Outcome("OFFERED")),
@@ -301,7 +301,8 @@ def test_final_message_says_what_became_of_it() -> None:
     assert "✅ *Answered* by <@U1>" in text and "“only *.tmp”" in text
     assert "actions" not in text
     heads = {
-        Outcome("ANSWERED", by="console:bob"): "✅ *Answered elsewhere* by console:bob",
+        Outcome("ANSWERED", by="console:bob"): "✅ *Answered* in a terminal by bob",
+        Outcome("ANSWERED", by="link:slack:U1"): "✅ *Answered* through a link from Slack by U1",
         Outcome("CANCELLED", code="ABORTED", why="the turn was aborted"): (
             "🚫 *Cancelled* (the turn was aborted)"
         ),

@@ -55,6 +55,7 @@ async def test_a_dm_carries_a_signed_link_that_answers_once(
             async with client_for(web) as browser:
                 page = await browser.get(f"/a/{token}")  # the web app's own route
                 assert page.status_code == 200 and "Where should it deploy?" in page.text
+                assert "for <span class=\"recipient\">UCAROL in Slack</span>" in page.text
                 done = await browser.post(
                     f"/a/{token}", data={"csrf": csrf_of(page.text), "q0": "opt1"}
                 )
@@ -65,12 +66,14 @@ async def test_a_dm_carries_a_signed_link_that_answers_once(
                 again = await browser.post(
                     f"/a/{token}", data={"csrf": csrf_of(page.text), "q0": "opt0"}
                 )
-                assert again.status_code == 410 and "already answered" in again.text
+                assert again.status_code == 410 and "Already answered" in again.text
+                assert "Answered through a link from Slack by UCAROL" in again.text
             settlement = await seam.settlement(message.request_id)
-            assert settlement is not None and settlement.by == "web:slack:UCAROL"
-            # Slack's message shows the web's answer.
+            assert settlement is not None and settlement.by == "link:slack:UCAROL"
+            # Slack's message shows the web's answer, and how it was given.
             update = (await standin.wait_for("chat.update", 1))[0]
             assert "us-east-1" in str(update["blocks"])
+            assert "through a link from Slack by UCAROL" in str(update["blocks"])
 
 
 async def test_a_channel_post_links_to_the_page_behind_sign_in(

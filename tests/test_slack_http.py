@@ -253,8 +253,7 @@ async def test_double_click_gets_already_answered_and_changes_nothing(
         await click(slack, block_actions(message, BOB, "askq.pick.1"))
         ephemeral = (await standin.wait_for("chat.postEphemeral"))[0]
         assert ephemeral["user"] == "UBOB"
-        assert "Already answered" in ephemeral["text"]
-        assert "answered by slack:UALICE (alice)" in ephemeral["text"]
+        assert ephemeral["text"] == "Already answered in Slack by alice. Nothing was recorded."
         await standin.settle()
         # once: not again for Bob, nor twice when the click beat the post's bookkeeping
         assert len(standin.calls_to("chat.update")) == 1
@@ -475,7 +474,7 @@ async def test_answered_elsewhere_updates_the_message(
         assert "No, keep them" in await answered(task)
         update = (await standin.wait_for("chat.update"))[0]
         assert (update["channel"], update["ts"]) == (message.channel, message.ts)
-        assert "✅ *Answered elsewhere* by memory" in dumped(update)
+        assert "✅ *Answered* by memory" in dumped(update)
         assert "*No, keep them*" in dumped(update)
 
 

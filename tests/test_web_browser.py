@@ -148,11 +148,21 @@ async def test_sign_in_see_a_question_arrive_answer_it(
         await page.screenshot(path=str(_shot(tmp_path, "web-inbox.png")))
         await page.locator("li.item", has_text="Roll out build 4127").locator("a").click()
         await page.wait_for_selector("form.answer")
+        # Sent with nothing chosen: told what to do, in the page's own terms.
+        await page.click("button.primary")
+        problem = await page.locator(".field-error").inner_text()
+        assert problem == "Choose one of the options, or choose Other… and write your own answer."
+        shown = await page.inner_text("main")
+        assert '"go"' not in shown and "custom text" not in shown
+        await page.screenshot(path=str(tmp_path / "web-answer-invalid.png"))
+        assert all("422" in e for e in errors)  # the browser notes the page's own status
+        errors.clear()
+        await page.goto(page.url)  # the form afresh, for the screenshot
         await page.check("text=No, hold it")
         await page.screenshot(path=str(_shot(tmp_path, "web-answer.png")))
         await page.click("button.primary")
         await page.wait_for_selector("#final")
-        assert "Answered by web:alice" in await page.inner_text("#final")
+        assert "Answered in the web inbox by alice" in await page.inner_text("#final")
         assert await _output(asker) == '{"answers":[{"id":"go","selected":["No, hold it"]}]}'
         assert errors == []  # nothing refused by the CSP, no script errors
 
@@ -199,7 +209,7 @@ async def test_a_question_answered_elsewhere_leaves_with_its_reason(
         await page.wait_for_selector("li.item", state="detached", timeout=15000)
         assert await page.inner_text("#count") == "0"
         await page.goto(f"{url}/q/{request_id}")
-        assert "Answered by auto:policy=recommended" in await page.inner_text("#final")
+        assert "Answered by rules (policy=recommended)" in await page.inner_text("#final")
         # The dashboard shows both groups live, and the deployment's settlement.
         await page.goto(f"{url}/fleet")
         body = await page.inner_text("#fleet")
@@ -208,7 +218,7 @@ async def test_a_question_answered_elsewhere_leaves_with_its_reason(
         await page.screenshot(path=str(tmp_path / "web-fleet.png"), full_page=True)
 
 
-async def test_a_signed_link_answers_once(backend: Backend, browser: Any) -> None:
+async def test_a_signed_link_answers_once(backend: Backend, browser: Any, tmp_path: Path) -> None:
     async with processes() as started:
         url = await web_worker(backend, started)
         watcher = await signed_in_page(browser, url)
@@ -235,13 +245,23 @@ async def test_a_signed_link_answers_once(backend: Backend, browser: Any) -> Non
         await page.wait_for_selector("#final")
         assert "your answer was recorded" in await page.inner_text("#final")
         assert await _output(asker) == '{"answers":[{"id":"go","selected":["Reject"]}]}'
-        # The watching inbox sees it leave, attributed to the link's recipient.
+        # The watching inbox sees it leave, saying how it was answered and by whom.
         await watcher.wait_for_selector("li.item.gone", timeout=5000)
-        assert "finance@example.com" in await item.locator(".reason").inner_text()
+        reason = await item.locator(".reason").inner_text()
+        assert reason == "answered through a link by finance@example.com"
         # Opened again: already answered, and nothing to submit.
         await page.goto(f"{url}/a/{token}")
-        assert "already answered by web:finance@example.com" in await page.inner_text("main")
+        shown = await page.inner_text("main")
+        assert "Answered through a link by finance@example.com" in shown
         assert await page.locator("form.answer").count() == 0
+        await page.screenshot(path=str(tmp_path / "link-used.png"))
+        # A link cut short or altered: a page that says what to do, not an exception.
+        await page.goto(f"{url}/a/{token[:-4]}")
+        assert await page.inner_text("h1") == "This link does not work"
+        shown = await page.inner_text("main")
+        assert "Open it again from the message it came in" in shown
+        assert "forged" not in shown and "group" not in shown
+        await page.screenshot(path=str(tmp_path / "link-broken.png"))
         await context.close()
 
 
@@ -273,5 +293,5 @@ async def test_a_question_answered_by_another_group_of_the_tier_leaves_with_its_
             await page.wait_for_selector("li.item", state="detached", timeout=15000)
             assert await page.inner_text("#count") == "0"
             await page.goto(f"{url}/q/{request_id}")
-            assert "Answered by console:ops" in await page.inner_text("#final")
+            assert "Answered in a terminal by ops" in await page.inner_text("#final")
             assert errors == []

@@ -1,6 +1,7 @@
 """askq: the queue core. The public API is re-exported here."""
 
 from ._answerer import FINAL_REFUSALS, Answerer, AnswererOptions, GroupHandle, RetryLater
+from ._attribution import answered_by
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
 from ._links import LinkClaims, LinkError, SignedLinks
@@ -80,6 +81,7 @@ __all__ = [
     "SyncSeam",
     "TOOL_NAME",
     "ToolResult",
+    "answered_by",
     "input_schema",
     "input_schema_json",
     "parse_answers",

@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ._attribution import answered_by
 from ._errors import AskError, ErrorCode
 from ._reasons import cancelled_because, why_cancelled
 from ._text import problems_message, quoted
@@ -213,8 +214,8 @@ class Retraction(_Strict):
 
     @property
     def reason(self) -> str:
-        if self.state == "ANSWERED":
-            return f"answered elsewhere by {self.by}" if self.by else "answered elsewhere"
+        if self.state == "ANSWERED":  # for a person: "answered in Slack by bob"
+            return answered_by(self.by) if self.by else "answered elsewhere"
         if self.state == "CANCELLED":
             return cancelled_because(self.cause, self.code)
         if self.state == "FAILED":

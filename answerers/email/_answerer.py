@@ -23,12 +23,20 @@ from askq import (
     Offer,
     Retraction,
     SignedLinks,
+    answered_by,
     visible,
 )
 
 from ._config import EmailConfig, EmailSettings
 from ._http import HttpEndpoint
-from ._inbox import Inbox, Received, Verdict, give_back_if_undeliverable
+from ._inbox import (
+    Inbox,
+    Received,
+    Verdict,
+    answered_by_recipient,
+    give_back_if_undeliverable,
+    link_by,
+)
 from ._listener import DkimCheck, ReplyHandler, SmtpListener
 from ._mime import parse
 from ._outbox import Outbox
@@ -138,7 +146,7 @@ class EmailAnswerer(Answerer[EmailOptions]):
         return links_routes(
             self.group,
             self.links,
-            by=lambda claims: f"email:{claims.recipient}",  # as a reply's answer is
+            by=lambda claims: link_by(claims.recipient),
             on_answered=answered,
             secure_cookies=(self.config.link_base_url or "").startswith("https://"),
             static=True,
@@ -181,11 +189,11 @@ class EmailAnswerer(Answerer[EmailOptions]):
             return
         why = retraction.why_cancelled
         if state == "ANSWERED":
-            line = f"This question was answered elsewhere by {visible(retraction.by or 'someone')}."
+            line = f"This question was {visible(answered_by(retraction.by))}: no answer is needed."
         else:
             line = f"This question was withdrawn{f' ({why})' if why else ''}: no answer is needed."
         deliveries = await self.store.deliveries(retraction.request_id)
-        answerer = (retraction.by or "").removeprefix("email:")
+        answerer = answered_by_recipient(retraction.by)
         for recipient, status in deliveries.items():
             if status == SENT and recipient != answerer:
                 await self._queue_note(

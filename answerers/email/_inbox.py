@@ -12,7 +12,7 @@ In this order, and nothing is recorded unless every check passes:
    request and recipient) and be allowed by the request's route;
 5. its text (quoted history, signature stripped) is read into answers and submitted
    through the group; the person gets feedback in the thread: "Recorded: …",
-   "Already answered by … at …", or "I could not read your answer: …".
+   "Already answered in Slack by … at …", or "I could not read your answer: …".
 A failure of ours (Redis unreachable) is raised: the SMTP listener answers 451, so
 the sending server tries again later, and the HTTP endpoint 503.
 """
@@ -25,9 +25,19 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from askq import FINAL_REFUSALS, AskError, AskRequest, ErrorCode, GroupHandle, quoted, visible
+from askq import (
+    FINAL_REFUSALS,
+    AskError,
+    AskRequest,
+    ErrorCode,
+    GroupHandle,
+    answered_by,
+    quoted,
+    visible,
+)
 
 from ._addresses import ReplyAddresses, ReturnAddress
+from ._compose import UNREADABLE, reply_leads
 from ._mime import Inbound, auto_reply, bounce, reply_text
 from ._reading import Unreadable, read_answers
 from ._routes import Routes
@@ -37,6 +47,31 @@ log = logging.getLogger("askq.email")
 
 # What the channel queues to tell a person something in the thread (EmailAnswerer.send_note).
 Notify = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+# What a person is told of an answer the seam refused after the reading let it through.
+NOT_ACCEPTED = (
+    "this answer cannot be accepted for this question; reply with an option's number,"
+    " or in your own words"
+)
+
+
+def reply_by(sender: str) -> str:
+    """How an answer by email reply is attributed."""
+    return f"email:{sender}"
+
+
+def link_by(recipient: str) -> str:
+    """How an answer through an email's link is attributed."""
+    return f"email-link:{recipient}"
+
+
+def answered_by_recipient(by: str | None) -> str | None:
+    """The recipient who answered, when it was by this channel (reply or link)."""
+    for kind in ("email:", "email-link:"):
+        if by and by.startswith(kind):
+            return by.removeprefix(kind)
+    return None
 
 
 class Verdict(StrEnum):
@@ -131,16 +166,18 @@ class Inbox:
     async def _answer(
         self, inbound: Inbound, address: ReturnAddress, request: AskRequest, sender: str
     ) -> Received:
+        text = reply_text(inbound.message, reply_leads(request.questions))
         try:
-            answers = read_answers(request.questions, reply_text(inbound.message))
+            answers = read_answers(request.questions, text)
         except Unreadable as exc:
             return await self._unreadable(inbound, address, exc.reason)
-        by = f"email:{sender}"
+        by = reply_by(sender)
         try:
             await self.group.answer(request.id, answers, by=by)
         except AskError as exc:
-            if exc.code is ErrorCode.INVALID_REQUEST:
-                return await self._unreadable(inbound, address, exc.message)
+            if exc.code is ErrorCode.INVALID_REQUEST:  # the reading's checks let it through
+                log.info("email answer to %s refused: %s", request.id, exc.message)
+                return await self._unreadable(inbound, address, NOT_ACCEPTED)
             if exc.code not in FINAL_REFUSALS:
                 raise
             await self._tell(inbound, address, [await self._too_late(request.id, exc)])
@@ -156,9 +193,9 @@ class Inbox:
         outcome = await self.store.outcome(request_id)
         settlement = await self.group.settlement(request_id)
         if settlement is not None and settlement.state == "ANSWERED":
-            by = visible(settlement.by or "someone else")
+            answered = visible(answered_by(settlement.by)) if settlement.by else "answered"
             when = f" at {outcome.when()}" if outcome and outcome.at else ""
-            return f"Already answered by {by}{when}: your reply was not recorded."
+            return f"Already {answered}{when}: your reply was not recorded."
         if exc.code is ErrorCode.ALREADY_SETTLED:  # cancelled (and why), or failed
             detail = visible(exc.message.removeprefix("already settled: "))
             return f"This question was {detail}: your reply was not recorded."
@@ -167,7 +204,7 @@ class Inbox:
         return f"Your reply was not recorded: {visible(exc.message)}."
 
     async def _unreadable(self, inbound: Inbound, address: ReturnAddress, reason: str) -> Received:
-        lines = [f"I could not read your answer: {visible(reason)}.", ""]
+        lines = [f"{UNREADABLE} {visible(reason)}.", ""]
         await self._tell(inbound, address, lines, with_question=True)
         return Received(Verdict.UNREADABLE, reason)
 

@@ -3,10 +3,12 @@ it, which of our return addresses it went to, whether a program wrote it (an
 out-of-office, a bounce), and the person's reply text without the quoted question,
 the quoted history or the signature.
 
-Reply parsing has no standard, so it is layered: our own marker line (the question
-starts with "##- Please type your reply above this line -##", which every client
-quotes), then mail-parser-reply (the "On … wrote:" / "From: … Sent: …" headers of many
-languages and clients, and signatures), then any `>` line that is left. An HTML-only
+Reply parsing has no standard, so it is layered: our own marker line (a question mail
+starts with its lead line, the question an inbox previews, then "##- Please type your
+reply above this line -##"; every client quotes both: the quote starts at the lead
+line when it is one the channel wrote, else at the marker), then mail-parser-reply
+(the "On … wrote:" / "From: … Sent: …" headers of many languages and clients, and
+signatures), then any `>` line that is left. An HTML-only
 reply is turned into text first, without its `<blockquote>` and the quote containers
 of Gmail, Outlook, Apple Mail and Thunderbird.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from email import policy
 from email.message import EmailMessage, Message
@@ -37,6 +40,7 @@ _AUTO_SUBJECT = re.compile(
 )
 _DAEMONS = ("mailer-daemon", "postmaster")
 MARKER = REPLY_ABOVE.strip("#- ").casefold()  # "please type your reply above this line"
+LEAD_PREFIX = 24  # a lead line is known by its first characters (a client may cut or wrap it)
 _MSGID = re.compile(r"^<[!-;=?-~]{1,250}>$")  # printable ASCII, no spaces, no < or >
 MAX_REFERENCES = 20
 
@@ -224,15 +228,36 @@ def body_text(message: EmailMessage) -> str:
     return html_text(text) if part.get_content_type() == "text/html" else text
 
 
-def strip_quoted(text: str) -> str:
-    """The newest part of a reply: above our marker, above the quoted history, without
-    the signature or any line quoted with `>`. A reply written below the quote
-    (bottom-posted) has nothing above it: then it is what follows the last `>` line."""
+def _bare(line: str) -> str:
+    """A line as written, whether quoted (`> `, `> > `) or not, for comparing."""
+    return " ".join(line.lstrip("> \t").split()).casefold()
+
+
+def _quote_starts(lines: list[str], marker: int, leads: Sequence[str]) -> int:
+    """Where our quoted message starts: at its lead line (the last line with words
+    above the marker), when that is one of `leads`; else at the marker."""
+    for index in range(marker - 1, max(marker - 4, -1), -1):
+        seen = _bare(lines[index])
+        if not seen:
+            continue  # a blank (or bare `>`) line a client put between
+        for lead in leads:
+            wanted = _bare(lead)[:LEAD_PREFIX]
+            if wanted and seen[: len(wanted)] == wanted:
+                return index
+        break
+    return marker
+
+
+def strip_quoted(text: str, leads: Sequence[str] = ()) -> str:
+    """The newest part of a reply: above our quoted message (its lead line, one of
+    `leads`, then our marker), above the quoted history, without the signature or any
+    line quoted with `>`. A reply written below the quote (bottom-posted) has nothing
+    above it: then it is what follows the last `>` line."""
     lines = text.replace("\r\n", "\n").split("\n")
     marker = next((i for i, line in enumerate(lines) if MARKER in line.casefold()), None)
     if marker is None:
         return _newest(text)
-    above = _newest("\n".join(lines[:marker]))
+    above = _newest("\n".join(lines[: _quote_starts(lines, marker, leads)]))
     if above:
         return above
     quoted = [i for i, line in enumerate(lines) if line.lstrip().startswith(">")]
@@ -254,5 +279,7 @@ def _newest(text: str) -> str:
     return "\n".join(kept).strip()
 
 
-def reply_text(message: EmailMessage) -> str:
-    return strip_quoted(body_text(message))
+def reply_text(message: EmailMessage, leads: Sequence[str] = ()) -> str:
+    """The person's words in a reply; `leads`: the lead lines our messages about its
+    question start with (`_compose.reply_leads`)."""
+    return strip_quoted(body_text(message), leads)

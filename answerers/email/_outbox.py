@@ -40,28 +40,25 @@ class Outbox:
         self.mailer = mailer
         self.links = links
 
-    def _links(self, request_id: str, recipient: str) -> compose.LinkMaker | None:
+    async def _links(self, request: AskRequest, recipient: str) -> compose.LinkMaker | None:
+        """The answer links of one email to `recipient`: short stored links (their
+        claims in the group's store, which the group's own link pages read)."""
         links, base = self.links, self.config.link_base_url
         if links is None or base is None:
             return None
-        group, ttl = self.group.name, self.config.link_ttl
-        minted: dict[tuple[str, str | None], str] = {}  # one link per choice per email
-
-        def make(question_id: str, option: str | None) -> str:
-            key = (question_id, option)
-            if key not in minted:
-                token = links.mint(
-                    request_id,
-                    group,
-                    recipient,
-                    ttl=ttl,
-                    question_id=question_id if option is not None else None,
-                    option=option,
-                )
-                minted[key] = f"{base}/a/{token}"
-            return minted[key]
-
-        return make
+        minted: dict[tuple[str, str | None], str] = {}
+        for question_id, option in compose.link_choices(request.questions):
+            token = await links.issue(
+                self.group.store,
+                request.id,
+                self.group.name,
+                recipient,
+                ttl=self.config.link_ttl,
+                question_id=question_id if option is not None else None,
+                option=option,
+            )
+            minted[(question_id, option)] = f"{base}/a/{token}"
+        return lambda question_id, option: minted.get((question_id, option))
 
     def _question_id(self, request_id: str, recipient: str) -> str:
         return compose.message_id(request_id, recipient, self.config.domain)
@@ -113,10 +110,15 @@ class Outbox:
         if not await self.store.lease_send(request_id, recipient):
             left = await self.store.lease_left(request_id, recipient)
             raise RetryLater(left, "being sent elsewhere")
-        # A recipient the route does not allow to answer (copied for information) gets
-        # no links: a link would let them answer all the same.
-        links = self._links(request_id, recipient) if route.allows(recipient) else None
-        message = compose.question_message(request, self._envelope(request_id, recipient), links)
+        # A recipient the route does not allow to answer (copied for information) is
+        # told so, and gets no links: a link would let them answer all the same.
+        allowed = route.allows(recipient)
+        message = compose.question_message(
+            request,
+            self._envelope(request_id, recipient),
+            await self._links(request, recipient) if allowed else None,
+            may_answer=allowed,
+        )
         bounce_to = self.config.addresses.address("bounce", request_id, recipient)
         try:
             await self.mailer.send(message, sender=bounce_to, recipient=recipient)
@@ -147,13 +149,14 @@ class Outbox:
         if request is None:
             return
         route = self.config.routes.match(request.scope)
-        allowed = route is not None and route.allows(recipient)
+        if route is None or not route.allows(recipient):
+            return  # copied for information: nobody waits for their answer
         first = self._question_id(request_id, recipient)
         message = compose.question_message(
             request,
             self._envelope(request_id, recipient, in_reply_to=first),
-            self._links(request_id, recipient) if allowed else None,
-            preface=["Reminder: this question is still waiting for your answer.", ""],
+            await self._links(request, recipient),
+            preface=[compose.REMINDER, ""],
             in_thread=True,
         )
         bounce_to = self.config.addresses.address("bounce", request_id, recipient)
@@ -208,7 +211,7 @@ class Outbox:
             request = None
         if request is not None and with_question:
             message = compose.question_message(
-                request, envelope, self._links(request_id, to), preface=lines, in_thread=True
+                request, envelope, await self._links(request, to), preface=lines, in_thread=True
             )
         else:
             title = compose.subject(request.questions) if request else "[askq] your reply"

@@ -66,7 +66,11 @@ def _choices(question: Question, line: str, where: str) -> list[int] | None:
                 )
         picked = list(dict.fromkeys(n - 1 for n in numbers))
         if len(picked) > 1 and not question.multi_select:
-            raise Unreadable(f"{where}choose one option, not {len(picked)}")
+            numbers_text = [str(i + 1) for i in picked]
+            named = ", ".join(numbers_text[:-1]) + " and " + numbers_text[-1]
+            raise Unreadable(
+                f"{where}this question takes one option only, and your reply chose {named}"
+            )
         return picked
     index = _label_index(question, text)
     if index is not None:

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from askq import RECOMMENDED_SUFFIX, Answer, Caller, Question
+from askq import RECOMMENDED_SUFFIX, Answer, Caller, Question, answered_by
 
 from . import _ids as ids
 from ._mrkdwn import cut_escaped, escape, mrkdwn
@@ -233,8 +233,10 @@ class Outcome:
         if self.state == "ANSWERED":
             if self.user:  # askq's own mention of who answered here
                 return f"✅ *Answered* by <@{escape(self.user)}>"
-            by = f" by {mrkdwn(self.by, BY_MAX)}" if self.by else ""
-            return f"✅ *Answered elsewhere*{by}"
+            if not self.by:
+                return "✅ *Answered elsewhere*"
+            how = answered_by(self.by).removeprefix("answered")  # " in the web inbox by carol"
+            return f"✅ *Answered*{mrkdwn(how, BY_MAX)}"
         if self.state == "CANCELLED":
             why = f" ({mrkdwn(self.why, BY_MAX)})" if self.why else ""
             return f"🚫 *Cancelled*{why}"

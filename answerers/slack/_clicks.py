@@ -20,6 +20,8 @@ from askq import (
     ErrorCode,
     GroupHandle,
     Question,
+    Settlement,
+    answered_by,
     visible,
 )
 
@@ -63,7 +65,10 @@ ERROR_SHOWN_MAX = 1000
 HEADER_SHOWN_MAX = 200  # a header's 40 characters, escaped
 
 
-def _refusal_text(exc: AskError) -> str:
+def _refusal_text(exc: AskError, settlement: Settlement | None) -> str:
+    if settlement is not None and settlement.state == "ANSWERED":
+        who = mrkdwn(answered_by(settlement.by), ERROR_SHOWN_MAX)  # "answered in Slack by al"
+        return f"Already {who}. Nothing was recorded."
     if exc.code is ErrorCode.ALREADY_SETTLED:
         detail = mrkdwn(exc.message, ERROR_SHOWN_MAX)
         return f"Already answered — this question is {detail}. Nothing was recorded."
@@ -208,7 +213,10 @@ class ClickHandler:
             accepted = await self.group.answer(request.id, answers, by=user.by)
         except AskError as exc:
             if exc.code in FINAL_REFUSALS:
-                text = _refusal_text(exc)
+                settled = None
+                if exc.code is ErrorCode.ALREADY_SETTLED:
+                    settled = await self.group.settlement(request.id)
+                text = _refusal_text(exc, settled)
             elif exc.code is ErrorCode.INVALID_REQUEST:
                 text = f"Your answer was not accepted: {mrkdwn(exc.message, ERROR_SHOWN_MAX)}"
             else:

@@ -63,7 +63,12 @@ def build_app(group: GroupHandle, config: WebConfig, inbox: Inbox) -> tuple[Star
             log.warning("a page failed: %s", exc)
             return renderer.problem(503, "Try again shortly", "The question store is out of reach.")
         log.error("a page failed: %s", exc)
-        return renderer.problem(500, "Something went wrong", f"{exc.code.value}: {exc.message}")
+        return renderer.problem(
+            500,
+            "Something went wrong",
+            "askq could not show this page. Try again in a moment; if it keeps happening, tell"
+            f" whoever runs askq (error {exc.code.value}).",
+        )
 
     app = Starlette(
         routes=routes,

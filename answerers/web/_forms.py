@@ -1,6 +1,8 @@
 """The answer form: its fields, and a submitted form turned into answers, each
-question checked as the seam checks it (`askq.parse_answers`), so the messages beside
-the fields are the seam's own.
+question checked as the seam checks it (`askq.parse_answers`). The messages beside the
+fields are written here, for the person filling the form in ("Choose one of the
+options, or write your own answer"): the seam's own name the question by its id and
+its fields, which the page never shows.
 
 Fields, for question i: `q<i>` holds `opt<k>` for the k-th option (radio buttons for a
 single-select question, checkboxes for a multi-select one) or `other` for "Other…";
@@ -13,9 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from askq import Answers, AskError, Question, parse_answers
+from askq import MAX_CUSTOM, Answers, AskError, Question, parse_answers
 
 OTHER = "other"
+
+# What the form says when the seam refuses what the form's own checks let through
+# (only a form altered by hand gets here: the page offers nothing else).
+NOT_ACCEPTED = "This answer cannot be accepted: choose again from the options shown."
 
 
 @dataclass
@@ -69,15 +75,38 @@ def read_form(questions: Sequence[Question], form: Any) -> tuple[FormState, Answ
         if not q.options or OTHER in values or (not q.multi_select and not selected):
             if text.strip():
                 answer["custom"] = text
-        try:
-            parse_answers([q], [answer])
-        except AskError as exc:
-            state.errors[qi] = exc.message
+        problem = _problem(q, values, text)
+        if problem is None:
+            try:
+                parse_answers([q], [answer])
+            except AskError:
+                problem = NOT_ACCEPTED
+        if problem is not None:
+            state.errors[qi] = problem
         raw.append(answer)
     if state.errors:
         return state, None
     try:
         return state, parse_answers(list(questions), raw)
-    except AskError as exc:  # every question passed alone; kept for safety
-        state.error = exc.message
+    except AskError:  # every question passed alone; kept for safety
+        state.error = NOT_ACCEPTED
         return state, None
+
+
+def _problem(question: Question, values: list[str], text: str) -> str | None:
+    """What is wrong with one question's fields, in the form's own words; None when
+    nothing the form can see."""
+    written = text.strip()
+    if len(text) > MAX_CUSTOM:
+        return f"Your answer is too long: at most {MAX_CUSTOM:,} characters."
+    if not question.options:
+        return None if written else "Write your answer in the box."
+    chosen = [v for v in values if v != OTHER]
+    if OTHER in values and not written:
+        return "You chose Other…: write your answer in its box, or choose an option."
+    if not question.multi_select:
+        if len(chosen) > 1:
+            return "Choose only one option."
+        if not chosen and not written:
+            return "Choose one of the options, or choose Other… and write your own answer."
+    return None

@@ -8,6 +8,7 @@ replica's live pages at once.
 | feed:<group>                  | stream | offer / gone / remind events, capped            |
 | final:<group>:<request>       | hash   | what became of it: state, by, at, reason        |
 | link:<jti>                    | string | a signed link was spent (ChannelStore.once)     |
+| linkclaims:<id>               | hash   | a stored link's claims (`SignedLinks.issue`)    |
 | linkused:<jti>                | hash   | who spent it, when (for "already answered")     |
 
 Every key expires `settled_ttl` after its last write; the replica that shows an entry
@@ -21,7 +22,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict
 
-from askq import ChannelStore, Offer, Retraction
+from askq import ChannelStore, Offer, Retraction, answered_by
 
 FEED_MAXLEN = 1000
 
@@ -65,20 +66,7 @@ class Final(BaseModel):
 def reason_for(state: str, by: str | None, code: str | None, cause: str | None = None) -> str:
     """ "answered in Slack by U01", "cancelled: the turn was aborted", ... for a person."""
     if state == "ANSWERED":
-        if not by:
-            return "answered"
-        kind, sep, who = by.partition(":")
-        where = {
-            "slack": "Slack",
-            "web": "the web inbox",
-            "email": "email",
-            "console": "a terminal",
-        }
-        if sep and kind in where:
-            return f"answered in {where[kind]} by {who}"
-        if kind == "auto":
-            return f"answered by rules ({who})"
-        return f"answered by {by}"
+        return answered_by(by)
     retraction = Retraction(request_id="-", state=state, code=code, by=by, cause=cause)  # type: ignore[arg-type]
     return retraction.reason
 

@@ -7,10 +7,14 @@ own app):
 - `GET` / `HEAD` change nothing (mail scanners prefetch links): they show the request
   with the link's choice pre-selected and a confirm button, or what became of it.
 - `POST` answers once, attributed to the link's recipient (`by`, default
-  `"<group>:<recipient>"`); the link's single-use id is spent with the group's
-  `ChannelStore.once` at whichever replica the POST lands, so a replay anywhere is 410.
-- A tampered, malformed or another group's token: 403; expired or already used: 410.
-  Each a page saying which, changing nothing.
+  `"link:<recipient>"`, which pages word "answered through a link by <recipient>");
+  the link's single-use id is spent with the group's `ChannelStore.once` at whichever
+  replica the POST lands, so a replay anywhere is 410.
+- A link of either form (`SignedLinks.resolve`: a short stored one, or a
+  self-contained one). A tampered, malformed or another group's link: 403; expired or
+  already used: 410. Each a page saying which in the words of the person who followed
+  the link (what happened, and what they can do), changing nothing; the reason in
+  developers' words goes to the log.
 - CSRF: the GET sets a random cookie (HttpOnly, SameSite=Strict, scoped to the link
   path) and puts the same value in the form; the POST must carry both.
 
@@ -25,7 +29,6 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -44,7 +47,7 @@ from askq import (
     SignedLinks,
 )
 
-from ._forms import FormState, preselected, read_form
+from ._forms import NOT_ACCEPTED, FormState, preselected, read_form
 from ._inbox import Inbox
 from ._render import STATIC_DIR, STATIC_PATH, Renderer, final_context, when
 
@@ -76,7 +79,7 @@ def links_routes(
         links,
         renderer or Renderer(),
         path=path,
-        by=by or (lambda claims: f"{claims.group}:{claims.recipient}"),
+        by=by or (lambda claims: f"link:{claims.recipient}"),
         on_answered=on_answered,
         secure_cookies=secure_cookies,
     )
@@ -87,6 +90,12 @@ def links_routes(
     if static:
         routes.append(Mount(STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="static"))
     return routes
+
+
+def recipient_shown(recipient: str) -> str:
+    """Who a link is for, as the page names them: `slack:U0123` is "U0123 in Slack"."""
+    source, sep, who = recipient.partition(":")
+    return f"{who} in Slack" if sep and source == "slack" and who else recipient
 
 
 class LinkPages:
@@ -113,14 +122,44 @@ class LinkPages:
     # --- what a link may do ------------------------------------------------------------
 
     async def _claims(self, request: Request) -> LinkClaims | Response:
+        token = request.path_params["token"]
         try:
-            return self.links.check(request.path_params["token"], group=self.group.name)
+            return await self.links.resolve(token, group=self.group.name, store=self.group.store)
         except LinkError as exc:
-            return self._refused(exc.status, exc.message)
+            log.info("a link refused at %s: %s", self.group.name, exc.message)
+            return self._link_refused(exc)
 
-    def _refused(self, status: int, message: str, **context: Any) -> Response:
-        title = "This link cannot be used" if status == 410 else "This link is not valid"
-        return self.render.problem(status, title, message, **context)
+    def _link_refused(self, exc: LinkError) -> Response:
+        if exc.problem == "expired":
+            at = f" on {when(exc.expired_at)}" if exc.expired_at else ""
+            return self.render.problem(
+                410,
+                "This link has expired",
+                f"It stopped working{at}. If the question is still waiting for an answer,"
+                " answer it where the link came from (reply to the email, or in Slack).",
+            )
+        if exc.problem == "gone":
+            return self._gone()
+        if exc.problem == "other group":
+            return self.render.problem(
+                403,
+                "This link does not work here",
+                "It was made for another askq service than the one at this address. Open it"
+                " from the message it came in; if it still fails, tell whoever runs askq.",
+            )
+        return self.render.problem(
+            403,
+            "This link does not work",
+            "Part of the link is missing or was changed. Open it again from the message it"
+            " came in (click it, or copy the whole address into the browser).",
+        )
+
+    def _gone(self) -> Response:
+        return self.render.problem(
+            410,
+            "This link has expired",
+            "The question it was for is closed, and askq no longer keeps it.",
+        )
 
     async def _closed(self, claims: LinkClaims) -> tuple[AskRequest | None, Response | None]:
         """The request, or the page to show instead (used, gone, settled)."""
@@ -129,28 +168,29 @@ class LinkPages:
             request = await self.group.request(claims.request_id)
         except AskError as exc:
             if exc.code is ErrorCode.NOT_FOUND:
-                return None, self._refused(410, "The question no longer exists (it expired).")
+                return None, self._gone()
             raise
         if used is not None:
-            by, at = used
-            return request, await self._already(request, f"already answered by {by} at {when(at)}")
+            return request, await self._already(request, used=True)
         if not await self.group.holds(request.id):
-            return request, await self._already(request, "")
+            return request, await self._already(request, used=False)
         return request, None
 
-    async def _already(self, request: AskRequest, message: str) -> Response:
+    async def _already(self, request: AskRequest, *, used: bool) -> Response:
+        """The page of a question no longer waiting here: what became of it (who
+        answered, how and when: "Answered in Slack by bob at …"), under a line that
+        says why there is no form (`used`: this very link answered it)."""
         settlement = await self.group.settlement(request.id)
         final = await self.inbox.final(request.id)
-        if not message:
-            if settlement is not None and settlement.state == "ANSWERED":
-                at = f" at {when(final.at)}" if final is not None else ""
-                message = f"already answered by {settlement.by or 'someone'}{at}"
-            elif final is not None:
-                message = f"no longer waiting for an answer: {final.reason}"
-            else:
-                message = "no longer waiting for an answer here"
+        if used:
+            title, text = "Already answered", "This link has been used: a link answers once."
+        elif settlement is not None and settlement.state == "ANSWERED":
+            title, text = "Already answered", "Nobody needs to answer this question any more."
+        else:
+            title = "No longer waiting for an answer"
+            text = "Nobody needs to answer this question any more."
         context = final_context(request, settlement, final)
-        return self._refused(410, f"This question was {message}.", final=True, **context)
+        return self.render.problem(410, title, text, final=True, **context)
 
     # --- the routes ----------------------------------------------------------------------
 
@@ -179,7 +219,7 @@ class LinkPages:
                 "action": f"{self.path}/{request.path_params['token']}",
                 "csrf": csrf,
                 "submit_label": "Confirm",
-                "recipient": claims.recipient,
+                "recipient": recipient_shown(claims.recipient),
                 "stream": None,
             },
             status,
@@ -203,10 +243,11 @@ class LinkPages:
         cookie = request.cookies.get(LINK_CSRF_COOKIE, "")
         given = str(form.get("csrf") or "")
         if not cookie or not hmac.compare_digest(cookie.encode(), given.encode()):
-            return self._refused(
+            return self.render.problem(
                 403,
-                "The form could not be checked (a missing or stale form token):"
-                " open the link again.",
+                "Your answer was not sent",
+                "This page could not be checked: it was open too long, or the browser"
+                " blocked its cookie. Open the link again and confirm once more.",
             )
         asked, closed = await self._closed(claims)
         if closed is not None:
@@ -218,16 +259,19 @@ class LinkPages:
         ttl = max(1, claims.expires_at - int(time.time())) + SPENT_GRACE_SECONDS
         if not await self.inbox.spend_link(claims.jti, ttl):
             _, closed = await self._closed(claims)
-            return closed or self._refused(410, "This link was already used.")
+            return closed or self.render.problem(
+                410, "Already answered", "This link was used already: it answers once."
+            )
         by = self.by(claims)
         try:
             accepted = await self.group.answer(asked.id, answers, by=by)
         except AskError as exc:
             if exc.code in FINAL_REFUSALS:
-                return await self._already(asked, "")
+                return await self._already(asked, used=False)
             await self.inbox.unspend_link(claims.jti)
             if exc.code is ErrorCode.INVALID_REQUEST:
-                state.error = exc.message
+                log.info("a link answer to %s refused: %s", asked.id, exc.message)
+                state.error = NOT_ACCEPTED
                 return self._form(request, claims, asked, state, 422)
             raise
         await self.inbox.record_link_use(claims.jti, by)
@@ -246,7 +290,7 @@ class LinkPages:
             {
                 "request": asked,
                 "open": False,
-                "recipient": claims.recipient,
+                "recipient": recipient_shown(claims.recipient),
                 "stream": None,
                 **context,
             },

@@ -30,7 +30,7 @@ from askq import (
 
 from ._access import Access
 from ._charts import charts
-from ._forms import FormState, read_form
+from ._forms import NOT_ACCEPTED, FormState, read_form
 from ._inbox import Inbox, InboxEntry, reason_for
 from ._live import LiveHub, Message, Subscriber, sse
 from ._render import Renderer, final_context
@@ -340,7 +340,8 @@ class InboxPages:
             if exc.code in FINAL_REFUSALS:
                 return await self._late(request, user, asked)
             if exc.code is ErrorCode.INVALID_REQUEST:
-                state.error = exc.message
+                log.info("a web answer to %s refused: %s", asked.id, exc.message)
+                state.error = NOT_ACCEPTED
                 return await self._question_page(request, user, asked, state, 422)
             raise
         await self.inbox.settle(asked.id, "ANSWERED", by=by, code=None, overwrite=True)
@@ -351,12 +352,15 @@ class InboxPages:
         final = await self.inbox.final(asked.id)
         context = final_context(asked, settlement, final)
         headline = context["headline"]
-        message = (
-            f"Your answer was not recorded: this question was already {headline[0].lower()}"
-            f"{headline[1:]}."
-        )
+        if context["final_state"] == "ANSWERED":
+            title = "Already answered"
+            what = f"this question was already {headline[0].lower()}{headline[1:]}"
+        else:
+            title = "No longer waiting for an answer"
+            what = "this question is no longer waiting for an answer"
+        message = f"Your answer was not recorded: {what}."
         return self.render.problem(
-            409, "Already answered", message, final=True, **context, **self.base(request, user)
+            409, title, message, final=True, **context, **self.base(request, user)
         )
 
     # --- the dashboard -------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any
 import jinja2
 from starlette.responses import HTMLResponse
 
-from askq import Answers, AskRequest, Settlement
+from askq import Answers, AskRequest, Settlement, answered_by
 
 from ._inbox import Final
 
@@ -89,9 +89,9 @@ def final_context(
     state = settlement.state if settlement is not None else (final.state if final else "OFFERED")
     by = (settlement.by if settlement is not None else None) or (final.by if final else None)
     if state == "ANSWERED":
-        headline = f"Answered by {by}" if by else "Answered"
+        headline = _capital(answered_by(by))
         if settlement is not None and settlement.defaulted:
-            headline = "Answered by the ask's timeout default"
+            headline = "Answered with the ask's default: nobody answered in time"
     elif state == "CANCELLED":
         headline = "Cancelled"
     elif state == "FAILED":
@@ -114,3 +114,7 @@ def final_context(
         "note": note or (reason if state != "ANSWERED" else ""),
         "answers": pairs,
     }
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]

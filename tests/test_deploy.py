@@ -185,7 +185,9 @@ def test_every_variable_the_deploy_files_read_is_named_in_deploy_readme() -> Non
         for name in re.findall(r"\$\(([A-Z][A-Z0-9_]*)\)", path.read_text()):
             found.setdefault(name, set()).add(path.name)
     assert "ASKQ_IMAGE" in found  # the check sees compose's interpolation
-    unnamed = {name: files for name, files in found.items() if not re.search(rf"\b{name}\b", readme)}
+    unnamed = {
+        name: files for name, files in found.items() if not re.search(rf"\b{name}\b", readme)
+    }
     assert not unnamed, f"not named in deploy/README.md: {unnamed}"
 
 

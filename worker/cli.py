@@ -247,19 +247,24 @@ def sweeper(settings: Settings, metrics_port: int | None) -> None:
     from arq.worker import Worker
 
     from ._arq import run_supervised
-    from ._metrics import serve_metrics
+    from ._metrics import check_metrics, start_metrics
     from ._sweeper import worker_settings
+
+    try:
+        check_metrics(settings, metrics_port)  # before anything starts or connects
+    except AskError as exc:
+        fail(exc)
 
     async def run() -> None:
         stop = stop_on_signals()
         options = worker_settings(settings)  # a sweep interval the cron cannot run: refused
         async with Seam(settings=settings):
             pass  # entering pings Redis: one clear line if it is unreachable
-        served = serve_metrics(settings, metrics_port)
+        served = start_metrics(settings, metrics_port)
         task = asyncio.create_task(
             run_supervised("askq sweeper", lambda: Worker(**options, handle_signals=False))
         )
-        where = f", metrics on :{served}" if served else ""
+        where = f", metrics on {served}" if served else ""
         click.echo(
             f"askq sweeper: ready (maintenance every {settings.sweep_interval:g} s,"
             f" arq poll {settings.poll_delay:g} s{where})",

@@ -54,7 +54,7 @@ def status(
     if as_json:
         click.echo(result.model_dump_json(indent=2))
         return
-    console.print(_screen(result, settings))
+    console.print(_screen(result, settings, console))
 
 
 async def _watch(settings: Settings, limit: int, interval: float, console: Any) -> None:
@@ -69,7 +69,8 @@ async def _watch(settings: Settings, limit: int, interval: float, console: Any) 
     async with Seam(settings=settings) as seam:
         with Live(console=console, auto_refresh=False) as live:
             while not stop.is_set():
-                live.update(_screen(await full_status(seam, limit), settings), refresh=True)
+                screen = _screen(await full_status(seam, limit), settings, console)
+                live.update(screen, refresh=True)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), interval)
 
@@ -78,15 +79,21 @@ def _age(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f}s ago"
 
 
-def _screen(s: FullStatus, settings: Settings) -> Any:
+def _screen(s: FullStatus, settings: Settings, console: Any) -> Any:
     from rich.console import Group
     from rich.text import Text
+
+    from ._cli_table import fitted_table
 
     parts: list[Any] = [
         Text(visible(f"askq on {redacted(settings.redis_url)}, prefix {settings.prefix}"))
     ]
     parts.append(_groups_table(s.groups))
-    replicas = _table("live replicas", ["group", "replica", "heartbeat", "live for"])
+    # "lapses in": what is left of the replica's registration; each beat renews it, so
+    # it is how long the replica stays counted live if it stops beating (not uptime).
+    replicas = _table("live replicas", ["group", "replica", "last beat", "lapses in"])
+    replicas.caption = "lapses in: when a replica that stops beating counts as gone"
+    replicas.caption_justify = "left"
     replicas.columns[1].no_wrap = True
     for g in s.groups:
         for replica in g.replicas:
@@ -95,11 +102,11 @@ def _screen(s: FullStatus, settings: Settings) -> Any:
                     g.name,
                     replica.name,
                     _age(replica.beat_age_seconds),
-                    f"{replica.live_for_seconds:.1f}s",
+                    f"{replica.lapses_in_seconds:.1f}s",
                 )
             )
     parts.append(replicas if replicas.row_count else Text("live replicas: none"))
-    sweepers = _table("sweepers", ["sweeper", "heartbeat", "state", "timers fired"])
+    sweepers = _table("sweepers", ["sweeper", "last beat", "state", "timers fired"])
     for w in s.sweepers:
         state = "live" if w.live else "gone"
         sweepers.add_row(*_cells(w.name, _age(w.beat_age_seconds), state, str(w.fired)))
@@ -111,27 +118,29 @@ def _screen(s: FullStatus, settings: Settings) -> Any:
     states = ", ".join(f"{state} {n}" for state, n in s.pending_by_state.items()) or "none"
     tiers = ", ".join(f"tier {tier}: {n}" for tier, n in s.pending_by_tier.items()) or "-"
     parts.append(Text(f"pending: {s.pending_total} ({states}; {tiers})"))
-    requests = _table(
-        "pending requests (oldest first)",
-        ["request", "state", "tier", "waiting on", "header", "agent", "turn", "age"],
-    )
-    requests.columns[0].no_wrap = True  # the id an operator acts on: never cut or wrapped
-    requests.columns[0].min_width = 32
-    for r in s.requests:
-        requests.add_row(
-            *_cells(
-                r.id,
-                r.state,
-                str(r.tier),
-                ",".join(r.claimers or r.undecided),
-                r.header,
-                r.agent,
-                r.turn,
-                f"{r.age_seconds:.0f}s",
-            )
-        )
-    if requests.row_count:
-        parts.append(requests)
+    if s.requests:
+        rows = [
+            {
+                "request": r.id,
+                "state": r.state,
+                "tier": str(r.tier),
+                "waiting on": ",".join(r.claimers or r.undecided),
+                "header": r.header,
+                "agent": r.agent,
+                "turn": r.turn,
+                "asked": f"{r.age_seconds:.0f}s ago",
+            }
+            for r in s.requests
+        ]
+        order = ["request", "state", "tier", "waiting on", "header", "agent", "turn", "asked"]
+        pairs = [
+            ("request", "header"),
+            ("state", "tier"),
+            ("agent", "turn"),
+            ("asked", "waiting on"),
+        ]
+        title = "pending requests (oldest first)"
+        parts.append(fitted_table(title, order, pairs, rows, console, whole="request"))
     parts.append(Text(f"failed sends: {s.failed_sends_total}"))
     if s.failed_sends:
         failed = _table(
@@ -165,8 +174,10 @@ def _cells(*values: str) -> list[Any]:
 def _groups_table(groups: Sequence[GroupStatus]) -> Any:
     table = _table(
         "groups (tiers by priority, lowest first)",
-        ["group", "kind", "priority", "scope", "live replicas", "pending"],
+        ["group", "kind", "priority", "scope", "live replicas", "holding"],
     )
+    table.caption = "holding: requests offered to the group that it is deciding on or claimed"
+    table.caption_justify = "left"
     for g in groups:
         scope = ", ".join(f"{k}={v}" for k, v in g.scope.items()) or "*"
         table.add_row(

@@ -199,8 +199,21 @@ def ask(
 
 def _read_input(file: Any) -> str:
     """The tool-input JSON from FILE or stdin, as text: bytes that are not UTF-8 are
-    INVALID_REQUEST naming where, not a traceback."""
-    raw: bytes = (file or sys.stdin.buffer).read()
+    INVALID_REQUEST naming where, not a traceback. Read from a terminal, a line on
+    stderr first says what is read and how to end it: `askq ask` typed alone would
+    otherwise wait, silent, for input the person does not know it wants."""
+    source = file or sys.stdin.buffer
+    if _is_tty(source):
+        click.echo(typing_hint(), err=True)
+    raw: bytes = source.read()
+    if not raw.strip():
+        fail(
+            AskError(
+                ErrorCode.INVALID_REQUEST,
+                "input: empty; give the tool-input JSON on stdin or as FILE, or one"
+                " question with -q 'Deploy now?' -o Yes -o No",
+            )
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -211,6 +224,22 @@ def _read_input(file: Any) -> str:
             )
         )
         raise AssertionError("unreachable") from None
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def typing_hint() -> str:
+    end = "Ctrl-D on a line of its own" if os.name == "posix" else "Ctrl-Z, then Enter"
+    return (
+        "askq ask: reading the question as tool-input JSON from the terminal; type or"
+        f" paste it, then end it with {end}. To ask one question without JSON:"
+        " askq ask -q 'Deploy now?' -o Yes -o No"
+    )
 
 
 _CALLER_FLAGS = {"agent_id": "--agent", "turn_id": "--turn", "owner": "--owner"}

@@ -47,7 +47,8 @@ from ._runtime import run_until_stopped, stop_on_signals
 from ._seam import Seam
 from ._settings import Settings
 from ._text import visible
-from ._tracing import environment_context
+from ._tracing import configure_from_environment as configure_tracing
+from ._tracing import environment_context, flush_traces
 
 
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -61,6 +62,10 @@ def main(ctx: click.Context) -> None:
     fish_source for those shells)."""
     given = ctx.meta.setdefault("askq.globals", {})
     configure_logging(given)
+    try:  # traces: the standard OTEL_* variables (README, "Metrics and traces")
+        configure_tracing()
+    except AskError as exc:
+        fail(exc)
     if ctx.invoked_subcommand != "demo":  # the demo ignores ASKQ_REDIS_URL
         ctx.obj = settings_for(given)
 
@@ -395,6 +400,7 @@ def mcp(settings: Settings, http: bool, host: str, port: int) -> None:
     elif not run_cli(lambda: serve_stdio(settings, mcp_settings)):
         # Stopped by a signal with stdin open: everything is withdrawn and closed, but
         # the SDK's stdin reader thread would hold the interpreter at exit.
+        flush_traces()  # os._exit skips the tracer provider's own flush at exit
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -192,6 +192,8 @@ def test_a_metrics_setting_that_cannot_be_served_is_one_config_error_naming_it(
         (["worker", "auto", "--metrics-port", "99999"], {}, "--metrics-port 99999: not a port"),
         (["worker", "auto", "--metrics-port", "-1"], {}, "--metrics-port -1: not a port"),
         (["sweeper", "--metrics-port", "65536"], {}, "--metrics-port 65536: not a port"),
+        # the same class: `askq mcp --http` said it served on port 99999, then hung
+        (["mcp", "--http", "--port", "99999"], {}, "--port 99999: not a port"),
         (["sweeper", "--metrics-port", "0"], {"ASKQ_METRICS_ADDR": ""}, "ASKQ_METRICS_ADDR is"),
         # a name the resolver refuses (a label over 63 characters; no lookup is made)
         (

@@ -387,6 +387,13 @@ def mcp(settings: Settings, http: bool, host: str, port: int) -> None:
     except AskError as exc:
         fail(exc)
         return
+    if http and not 0 <= port <= 65535:  # uvicorn said "ready" on 99999, then nothing
+        fail(
+            AskError(
+                ErrorCode.CONFIG_ERROR,
+                f"--port {port}: not a port; give 1-65535, or 0 for any free port",
+            )
+        )
     if http:
         run_cli(
             lambda: serve_http(

@@ -186,6 +186,8 @@ async def test_status_pending_requests_at_80_columns(backend: Backend) -> None:
         assert sorted(rows) == sorted(pending), piped.stdout
         for request_id in pending:
             assert len(rows[request_id]) == 2 and HEADER in rows[request_id][1], piped.stdout
+        # a group's name, what `askq group remove` takes, whole in its tables
+        assert len([line for line in lines[:start] if GROUP in line]) == 2, piped.stdout
         assert "live for" not in piped.stdout
         for name in ("last beat", "lapses in", "holding", "waiting on", "asked"):
             assert name in piped.stdout, (name, piped.stdout)

@@ -94,7 +94,7 @@ def _screen(s: FullStatus, settings: Settings, console: Any) -> Any:
     replicas = _table("live replicas", ["group", "replica", "last beat", "lapses in"])
     replicas.caption = "lapses in: when a replica that stops beating counts as gone"
     replicas.caption_justify = "left"
-    replicas.columns[1].no_wrap = True
+    replicas.columns[0].no_wrap = replicas.columns[1].no_wrap = True
     for g in s.groups:
         for replica in g.replicas:
             replicas.add_row(
@@ -178,6 +178,7 @@ def _groups_table(groups: Sequence[GroupStatus]) -> Any:
     )
     table.caption = "holding: requests offered to the group that it is deciding on or claimed"
     table.caption_justify = "left"
+    table.columns[0].no_wrap = True  # a name to act on (`askq group remove NAME`): whole
     for g in groups:
         scope = ", ".join(f"{k}={v}" for k, v in g.scope.items()) or "*"
         table.add_row(

@@ -88,24 +88,36 @@ def _screen(s: FullStatus, settings: Settings, console: Any) -> Any:
     parts: list[Any] = [
         Text(visible(f"askq on {redacted(settings.redis_url)}, prefix {settings.prefix}"))
     ]
-    parts.append(_groups_table(s.groups))
+    parts.append(_groups_table(s.groups, console))
     # "lapses in": what is left of the replica's registration; each beat renews it, so
     # it is how long the replica stays counted live if it stops beating (not uptime).
-    replicas = _table("live replicas", ["group", "replica", "last beat", "lapses in"])
-    replicas.caption = "lapses in: when a replica that stops beating counts as gone"
-    replicas.caption_justify = "left"
-    replicas.columns[0].no_wrap = replicas.columns[1].no_wrap = True
-    for g in s.groups:
-        for replica in g.replicas:
-            replicas.add_row(
-                *_cells(
-                    g.name,
-                    replica.name,
-                    _age(replica.beat_age_seconds),
-                    f"{replica.lapses_in_seconds:.1f}s",
-                )
+    replicas = [
+        {
+            "group": g.name,
+            "replica": replica.name,
+            "last beat": _age(replica.beat_age_seconds),
+            "lapses in": f"{replica.lapses_in_seconds:.1f}s",
+        }
+        for g in s.groups
+        for replica in g.replicas
+    ]
+    if replicas:
+        order = ["group", "replica", "last beat", "lapses in"]
+        pairs = [("group", "replica"), ("last beat", "lapses in")]
+        caption = "lapses in: when a replica that stops beating counts as gone"
+        parts.append(
+            fitted_table(
+                "live replicas",
+                order,
+                pairs,
+                replicas,
+                console,
+                whole={"group", "replica"},
+                caption=caption,
             )
-    parts.append(replicas if replicas.row_count else Text("live replicas: none"))
+        )
+    else:
+        parts.append(Text("live replicas: none"))
     sweepers = _table("sweepers", ["sweeper", "last beat", "state", "timers fired"])
     for w in s.sweepers:
         state = "live" if w.live else "gone"
@@ -140,7 +152,7 @@ def _screen(s: FullStatus, settings: Settings, console: Any) -> Any:
             ("asked", "waiting on"),
         ]
         title = "pending requests (oldest first)"
-        parts.append(fitted_table(title, order, pairs, rows, console, whole="request"))
+        parts.append(fitted_table(title, order, pairs, rows, console, whole={"request"}))
     parts.append(Text(f"failed sends: {s.failed_sends_total}"))
     if s.failed_sends:
         failed = _table(
@@ -171,20 +183,31 @@ def _cells(*values: str) -> list[Any]:
     return [Text(visible(value)) for value in values]
 
 
-def _groups_table(groups: Sequence[GroupStatus]) -> Any:
-    table = _table(
+def _groups_table(groups: Sequence[GroupStatus], console: Any) -> Any:
+    from ._cli_table import fitted_table
+
+    rows = [
+        {
+            "group": g.name,
+            "kind": g.kind,
+            "priority": str(g.priority),
+            "scope": ", ".join(f"{k}={v}" for k, v in g.scope.items()) or "*",
+            "live replicas": str(g.live_consumers),
+            "holding": str(g.pending),
+        }
+        for g in groups
+    ]
+    order = ["group", "kind", "priority", "scope", "live replicas", "holding"]
+    pairs = [("group", "scope"), ("priority", "kind"), ("live replicas", "holding")]
+    return fitted_table(
         "groups (tiers by priority, lowest first)",
-        ["group", "kind", "priority", "scope", "live replicas", "holding"],
+        order,
+        pairs,
+        rows,
+        console,
+        whole={"group"},  # a name to act on (`askq group remove NAME`)
+        caption="holding: the requests it is deciding on or has claimed",
     )
-    table.caption = "holding: requests offered to the group that it is deciding on or claimed"
-    table.caption_justify = "left"
-    table.columns[0].no_wrap = True  # a name to act on (`askq group remove NAME`): whole
-    for g in groups:
-        scope = ", ".join(f"{k}={v}" for k, v in g.scope.items()) or "*"
-        table.add_row(
-            *_cells(g.name, g.kind, str(g.priority), scope, str(g.live_consumers), str(g.pending))
-        )
-    return table
 
 
 @click.group()
@@ -209,7 +232,8 @@ def group_list(settings: Settings, as_json: bool) -> None:
         return
     from rich.console import Console
 
-    Console(highlight=False).print(_groups_table(groups))
+    console = Console(highlight=False)
+    console.print(_groups_table(groups, console))
 
 
 @group.command("remove")

@@ -166,7 +166,7 @@ def requests(
         ("asked (UTC)", "groups"),
     ]
     title = "requests (newest first)"
-    console.print(fitted_table(title, order, pairs, cells, console, whole="request"))
+    console.print(fitted_table(title, order, pairs, cells, console, whole={"request"}))
 
 
 def _nothing_matched(settings: Settings, keep: RequestFilter, groups: dict[str, int]) -> str:

@@ -14,7 +14,7 @@ never markup.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from ._text import visible
@@ -30,15 +30,22 @@ def fitted_table(
     rows: Sequence[Mapping[str, str]],
     console: Any,
     *,
-    whole: str,
+    whole: Collection[str],
+    caption: str | None = None,
 ) -> Any:
     """The rows (field -> text) as one line each in `order` when that fits the
     console's width, else as two lines each: the `pairs` are the columns, the first
-    field on the first line, the second under it. `whole` is never cut."""
+    field on the first line, the second under it. The `whole` fields (names and ids
+    to act on) are never cut."""
     table = _one_line(title, order, rows)
-    if _width(console, table) <= console.width:
-        return table
-    return _two_lines(title, pairs, rows, console, whole)
+    if _width(console, table) > console.width:
+        table = _two_lines(title, pairs, rows, console, whole)
+    if caption:  # under the table, as wide as the screen (not the table)
+        from rich.console import Group
+        from rich.text import Text
+
+        return Group(table, Text(caption))
+    return table
 
 
 def _width(console: Any, table: Any) -> int:
@@ -71,7 +78,7 @@ def _two_lines(
     pairs: Sequence[tuple[str, str | None]],
     rows: Sequence[Mapping[str, str]],
     console: Any,
-    whole: str,
+    whole: Collection[str],
 ) -> Any:
     from rich import box
     from rich.cells import cell_len
@@ -94,8 +101,11 @@ def _two_lines(
     for top, under in pairs:
         texts = [heading(top, under)] + [cell(row, top, under).plain for row in rows]
         natural.append(widest(texts))
-        if top == whole:  # as wide as its longest value: never cut
-            least.append(widest([top] + [visible(row[top]) for row in rows]))
+        if top in whole or under in whole:  # as wide as its longest value: never cut
+            tops = [visible(row[top]) for row in rows] if top in whole else []
+            below = under if under in whole else None
+            unders = [INDENT + visible(row[below]) for row in rows] if below else []
+            least.append(widest([heading(top, under), *tops, *unders]))
         else:
             least.append(min(natural[-1], max(widest([heading(top, under)]), MIN_WIDTH)))
 

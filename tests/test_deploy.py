@@ -172,6 +172,25 @@ def test_kustomizations_list_every_manifest_of_their_folder() -> None:
         assert files <= set(listed), (kustomization, files - set(listed))
 
 
+def test_every_variable_the_deploy_files_read_is_named_in_deploy_readme() -> None:
+    """What an operator may set for a deploy file (compose's `${VAR}` interpolation, a
+    unit's `$VAR`, a manifest's `$(VAR)`) is named in deploy/README.md, next to how the
+    file is run; ASKQ_IMAGE was not (issue 22, item 11)."""
+    readme = (DEPLOY / "README.md").read_text()
+    found: dict[str, set[str]] = {}
+    for path in [DEPLOY / "compose.yaml", *(DEPLOY / "systemd").glob("*.service")]:
+        for name in re.findall(r"\$\{?([A-Z][A-Z0-9_]*)", path.read_text()):
+            found.setdefault(name, set()).add(path.name)
+    for path in (DEPLOY / "kubernetes").rglob("*.yaml"):
+        for name in re.findall(r"\$\(([A-Z][A-Z0-9_]*)\)", path.read_text()):
+            found.setdefault(name, set()).add(path.name)
+    assert "ASKQ_IMAGE" in found  # the check sees compose's interpolation
+    unnamed = {
+        name: files for name, files in found.items() if not re.search(rf"\b{name}\b", readme)
+    }
+    assert not unnamed, f"not named in deploy/README.md: {unnamed}"
+
+
 def units(tmp_path: Path) -> dict[str, Path]:
     """The units as installed here: askq from this environment, settings from tmp."""
     askq = Path(sys.executable).parent / "askq"

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 import re
+import socket
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -27,8 +28,9 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @contextlib.contextmanager
-def serving(backend: Backend, *args: str, **env: str) -> Iterator[int]:
-    """An askq process with --metrics-port 0; yields the port it says it serves on."""
+def serving(backend: Backend, *args: str, **env: str) -> Iterator[str]:
+    """An askq process with --metrics-port 0; yields the URL its ready line says it
+    serves on: the address and the port it bound (issue 22, item 14)."""
     proc = subprocess.Popen(
         [*ASKQ, *args, "--metrics-port", "0"],
         stdin=subprocess.DEVNULL,
@@ -40,16 +42,17 @@ def serving(backend: Backend, *args: str, **env: str) -> Iterator[int]:
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()
-        found = re.search(r"metrics on :(\d+)", line)
+        found = re.search(r"metrics on (http://127\.0\.0\.1:(\d+)/metrics)[,:)]", line)
         assert found, line + proc.stderr.read()
-        yield int(found.group(1))
+        assert int(found.group(2)) > 0, line  # the port bound, not the 0 asked for
+        yield found.group(1)
     finally:
         proc.terminate()
         proc.communicate(timeout=20)
 
 
-def scrape(port: int) -> Samples:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+def scrape(url: str) -> Samples:
+    with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value
@@ -121,7 +124,7 @@ async def test_sweeper_metrics_count_the_timers_it_fires(backend: Backend, seam:
     """A group that reminds after 0.2 s holds two asks: the sweeper fires their
     reminders and says how late."""
     holder = MemoryAnswerer()
-    with serving(backend, "sweeper") as port:
+    with serving(backend, "sweeper") as url:
         async with running(seam, holder, "desk", remind_after=0.2):
             asks = [
                 asyncio.create_task(
@@ -132,7 +135,7 @@ async def test_sweeper_metrics_count_the_timers_it_fires(backend: Backend, seam:
             for _ in range(2):
                 await holder.next_presented()
             for _ in range(100):
-                samples = await asyncio.to_thread(scrape, port)
+                samples = await asyncio.to_thread(scrape, url)
                 if value(samples, "askq_timers_fired_total", kind="remind") >= 2:
                     break
                 await asyncio.sleep(0.1)
@@ -172,6 +175,57 @@ def test_without_the_extra_the_core_runs_and_metrics_port_is_one_line(
     finally:
         proc.terminate()
         proc.communicate(timeout=20)
+
+
+def test_a_metrics_setting_that_cannot_be_served_is_one_config_error_naming_it(
+    backend: Backend,
+) -> None:
+    """Issue 22, item 14: a port out of range was `INTERNAL: unexpected OverflowError`
+    (99999) or a resolver's error (-1), a bad ASKQ_METRICS_ADDR the resolver's or the
+    kernel's words. Each is now one CONFIG_ERROR naming the setting, and the process
+    stops (none of these may leave a worker running)."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    busy = str(taken.getsockname()[1])
+    cases: list[tuple[list[str], dict[str, str], str]] = [
+        (["worker", "auto", "--metrics-port", "99999"], {}, "--metrics-port 99999: not a port"),
+        (["worker", "auto", "--metrics-port", "-1"], {}, "--metrics-port -1: not a port"),
+        (["sweeper", "--metrics-port", "65536"], {}, "--metrics-port 65536: not a port"),
+        # the same class: `askq mcp --http` said it served on port 99999, then hung
+        (["mcp", "--http", "--port", "99999"], {}, "--port 99999: not a port"),
+        (["sweeper", "--metrics-port", "0"], {"ASKQ_METRICS_ADDR": ""}, "ASKQ_METRICS_ADDR is"),
+        # a name the resolver refuses (a label over 63 characters; no lookup is made)
+        (
+            ["worker", "auto", "--metrics-port", "0"],
+            {"ASKQ_METRICS_ADDR": "h" * 64 + ".test"},
+            'ASKQ_METRICS_ADDR "hhhh',
+        ),
+        # an address of another host (TEST-NET-1): the kernel refuses to bind it
+        (
+            ["sweeper", "--metrics-port", "0"],
+            {"ASKQ_METRICS_ADDR": "192.0.2.1"},
+            'ASKQ_METRICS_ADDR "192.0.2.1": not an address of this host',
+        ),
+        (
+            ["worker", "auto", "--metrics-port", busy],
+            {"ASKQ_METRICS_ADDR": "127.0.0.1"},
+            f"--metrics-port {busy}: port {busy} on 127.0.0.1 is in use",
+        ),
+        (
+            ["sweeper"],
+            {"ASKQ_METRICS_PORT": busy, "ASKQ_METRICS_ADDR": "127.0.0.1"},
+            f"ASKQ_METRICS_PORT {busy}: port {busy} on 127.0.0.1 is in use",
+        ),
+    ]
+    try:
+        for args, env, named in cases:
+            refused = askq(backend, *args, **env)
+            line = one_line_error(refused, "CONFIG_ERROR", 12)
+            assert line.startswith(f"CONFIG_ERROR: {named}"), (args, env, line)
+            assert "Errno" not in line and "bind()" not in line, line
+    finally:
+        taken.close()
 
 
 def test_the_grafana_dashboard_uses_only_metrics_askq_exposes(backend: Backend) -> None:

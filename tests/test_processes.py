@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
 import select
 import signal
 import subprocess
@@ -121,6 +122,41 @@ def test_cli_round_trip_through_a_worker_process(backend: Backend) -> None:
             "Ship it (Recommended)|goes live at once",
         )
         assert flags.stdout == '{"answers":[{"id":"q1","selected":["Ship it (Recommended)"]}]}\n'
+
+
+def test_ask_at_a_terminal_says_what_it_reads_and_how_to_end_it(backend: Backend) -> None:
+    """Issue 22, item 17: `askq ask` with neither -q nor a FILE, at a terminal, waited
+    silently on stdin. It says on stderr what it reads and how to end it (a pty as its
+    stdin, as a person's shell gives it), then asks what was typed; empty input is
+    refused naming what to give."""
+    with worker_process(backend, "auto"):
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen(
+            [*ASKQ, "ask"],
+            stdin=follower,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=backend.env(),
+        )
+        os.close(follower)
+        try:
+            assert proc.stderr is not None
+            ready, _, _ = select.select([proc.stderr], [], [], 15)
+            assert ready, "askq ask waits on the terminal without a word"
+            line = proc.stderr.readline().decode()
+            assert "tool-input JSON" in line and "Ctrl-D" in line, line
+            assert "askq ask -q 'Deploy now?' -o Yes -o No" in line, line
+            os.write(leader, json.dumps(SEED).encode() + b"\n\x04")  # a line, then Ctrl-D
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(leader)
+        assert (proc.returncode, out.decode(), err.decode()) == (0, YES_JSON + "\n", "")
+    # piped (not a terminal): nothing on stderr but the refusal of empty input
+    empty = askq(backend, "ask", stdin="\n")
+    assert (empty.returncode, empty.stdout) == (6, "")
+    assert empty.stderr.startswith("INVALID_REQUEST: input: empty; give the tool-input JSON")
 
 
 def test_cli_reads_a_file_and_fails_with_documented_statuses(

@@ -73,7 +73,7 @@ async def test_status_shows_replicas_sweepers_pending_and_failed_sends(backend: 
             assert (rules_replica["name"], web_replica["name"]) == (LONG_REPLICA, "web-1")
             for replica in (rules_replica, web_replica):  # beats every third of its TTL
                 assert 0 <= replica["beat_age_seconds"] <= 1.5, replica
-                assert 0 < replica["live_for_seconds"] <= 1.5, replica
+                assert 0 < replica["lapses_in_seconds"] <= 1.5, replica
             [sweeping] = shown["sweepers"]
             assert sweeping["live"] and sweeping["name"].endswith(f":{sweeper.pid}")
             assert 0 <= sweeping["beat_age_seconds"] <= 1.5

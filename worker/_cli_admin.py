@@ -54,7 +54,7 @@ def status(
     if as_json:
         click.echo(result.model_dump_json(indent=2))
         return
-    console.print(_screen(result, settings))
+    console.print(_screen(result, settings, console))
 
 
 async def _watch(settings: Settings, limit: int, interval: float, console: Any) -> None:
@@ -69,7 +69,8 @@ async def _watch(settings: Settings, limit: int, interval: float, console: Any) 
     async with Seam(settings=settings) as seam:
         with Live(console=console, auto_refresh=False) as live:
             while not stop.is_set():
-                live.update(_screen(await full_status(seam, limit), settings), refresh=True)
+                screen = _screen(await full_status(seam, limit), settings, console)
+                live.update(screen, refresh=True)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), interval)
 
@@ -78,28 +79,46 @@ def _age(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.1f}s ago"
 
 
-def _screen(s: FullStatus, settings: Settings) -> Any:
+def _screen(s: FullStatus, settings: Settings, console: Any) -> Any:
     from rich.console import Group
     from rich.text import Text
+
+    from ._cli_table import fitted_table
 
     parts: list[Any] = [
         Text(visible(f"askq on {redacted(settings.redis_url)}, prefix {settings.prefix}"))
     ]
-    parts.append(_groups_table(s.groups))
-    replicas = _table("live replicas", ["group", "replica", "heartbeat", "live for"])
-    replicas.columns[1].no_wrap = True
-    for g in s.groups:
-        for replica in g.replicas:
-            replicas.add_row(
-                *_cells(
-                    g.name,
-                    replica.name,
-                    _age(replica.beat_age_seconds),
-                    f"{replica.live_for_seconds:.1f}s",
-                )
+    parts.append(_groups_table(s.groups, console))
+    # "lapses in": what is left of the replica's registration; each beat renews it, so
+    # it is how long the replica stays counted live if it stops beating (not uptime).
+    replicas = [
+        {
+            "group": g.name,
+            "replica": replica.name,
+            "last beat": _age(replica.beat_age_seconds),
+            "lapses in": f"{replica.lapses_in_seconds:.1f}s",
+        }
+        for g in s.groups
+        for replica in g.replicas
+    ]
+    if replicas:
+        order = ["group", "replica", "last beat", "lapses in"]
+        pairs = [("group", "replica"), ("last beat", "lapses in")]
+        caption = "lapses in: when a replica that stops beating counts as gone"
+        parts.append(
+            fitted_table(
+                "live replicas",
+                order,
+                pairs,
+                replicas,
+                console,
+                whole={"group", "replica"},
+                caption=caption,
             )
-    parts.append(replicas if replicas.row_count else Text("live replicas: none"))
-    sweepers = _table("sweepers", ["sweeper", "heartbeat", "state", "timers fired"])
+        )
+    else:
+        parts.append(Text("live replicas: none"))
+    sweepers = _table("sweepers", ["sweeper", "last beat", "state", "timers fired"])
     for w in s.sweepers:
         state = "live" if w.live else "gone"
         sweepers.add_row(*_cells(w.name, _age(w.beat_age_seconds), state, str(w.fired)))
@@ -111,27 +130,29 @@ def _screen(s: FullStatus, settings: Settings) -> Any:
     states = ", ".join(f"{state} {n}" for state, n in s.pending_by_state.items()) or "none"
     tiers = ", ".join(f"tier {tier}: {n}" for tier, n in s.pending_by_tier.items()) or "-"
     parts.append(Text(f"pending: {s.pending_total} ({states}; {tiers})"))
-    requests = _table(
-        "pending requests (oldest first)",
-        ["request", "state", "tier", "waiting on", "header", "agent", "turn", "age"],
-    )
-    requests.columns[0].no_wrap = True  # the id an operator acts on: never cut or wrapped
-    requests.columns[0].min_width = 32
-    for r in s.requests:
-        requests.add_row(
-            *_cells(
-                r.id,
-                r.state,
-                str(r.tier),
-                ",".join(r.claimers or r.undecided),
-                r.header,
-                r.agent,
-                r.turn,
-                f"{r.age_seconds:.0f}s",
-            )
-        )
-    if requests.row_count:
-        parts.append(requests)
+    if s.requests:
+        rows = [
+            {
+                "request": r.id,
+                "state": r.state,
+                "tier": str(r.tier),
+                "waiting on": ",".join(r.claimers or r.undecided),
+                "header": r.header,
+                "agent": r.agent,
+                "turn": r.turn,
+                "asked": f"{r.age_seconds:.0f}s ago",
+            }
+            for r in s.requests
+        ]
+        order = ["request", "state", "tier", "waiting on", "header", "agent", "turn", "asked"]
+        pairs = [
+            ("request", "header"),
+            ("state", "tier"),
+            ("agent", "turn"),
+            ("asked", "waiting on"),
+        ]
+        title = "pending requests (oldest first)"
+        parts.append(fitted_table(title, order, pairs, rows, console, whole={"request"}))
     parts.append(Text(f"failed sends: {s.failed_sends_total}"))
     if s.failed_sends:
         failed = _table(
@@ -162,17 +183,31 @@ def _cells(*values: str) -> list[Any]:
     return [Text(visible(value)) for value in values]
 
 
-def _groups_table(groups: Sequence[GroupStatus]) -> Any:
-    table = _table(
+def _groups_table(groups: Sequence[GroupStatus], console: Any) -> Any:
+    from ._cli_table import fitted_table
+
+    rows = [
+        {
+            "group": g.name,
+            "kind": g.kind,
+            "priority": str(g.priority),
+            "scope": ", ".join(f"{k}={v}" for k, v in g.scope.items()) or "*",
+            "live replicas": str(g.live_consumers),
+            "holding": str(g.pending),
+        }
+        for g in groups
+    ]
+    order = ["group", "kind", "priority", "scope", "live replicas", "holding"]
+    pairs = [("group", "scope"), ("priority", "kind"), ("live replicas", "holding")]
+    return fitted_table(
         "groups (tiers by priority, lowest first)",
-        ["group", "kind", "priority", "scope", "live replicas", "pending"],
+        order,
+        pairs,
+        rows,
+        console,
+        whole={"group"},  # a name to act on (`askq group remove NAME`)
+        caption="holding: the requests it is deciding on or has claimed",
     )
-    for g in groups:
-        scope = ", ".join(f"{k}={v}" for k, v in g.scope.items()) or "*"
-        table.add_row(
-            *_cells(g.name, g.kind, str(g.priority), scope, str(g.live_consumers), str(g.pending))
-        )
-    return table
 
 
 @click.group()
@@ -197,7 +232,8 @@ def group_list(settings: Settings, as_json: bool) -> None:
         return
     from rich.console import Console
 
-    Console(highlight=False).print(_groups_table(groups))
+    console = Console(highlight=False)
+    console.print(_groups_table(groups, console))
 
 
 @group.command("remove")

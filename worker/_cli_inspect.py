@@ -17,10 +17,11 @@ import click
 
 from ._audit import STATES, Audit, AuditEntry, RequestDetail, RequestFilter, RequestSummary
 from ._cli_base import run_cli
+from ._connections import redacted
 from ._errors import AskError
 from ._seam import Seam
 from ._settings import Settings
-from ._text import visible
+from ._text import quoted, visible
 
 
 def _audit(seam: Seam) -> Audit:
@@ -104,6 +105,7 @@ def print_detail(d: RequestDetail) -> None:
 @click.option("--group", default=None, help="Only requests offered to this group.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10000))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--wide", is_flag=True, help="One line per request, nothing cut, however long.")
 @click.pass_obj
 def requests(
     settings: Settings,
@@ -113,50 +115,97 @@ def requests(
     group: str | None,
     limit: int,
     as_json: bool,
+    wide: bool,
 ) -> None:
     """The pending requests and the recently settled ones (kept for ASKQ_SETTLED_TTL),
-    newest first. `askq show ID` tells one in full."""
+    newest first. `askq show ID` tells one in full. On a narrow terminal (or piped)
+    each takes two lines, long text cut; --wide prints one line each, in full."""
     if state is not None and state.lower() not in ("pending", "settled"):
         state = state.upper()
     elif state is not None:
         state = state.lower()
     keep = RequestFilter(state=state, agent=agent, turn=turn, group=group)
 
-    async def run() -> list[RequestSummary]:
+    async def run() -> tuple[list[RequestSummary], dict[str, int]]:
         async with Seam(settings=settings) as seam:
-            return await _audit(seam).requests(keep, limit)
+            rows = await _audit(seam).requests(keep, limit)
+            groups = await seam.registry.priorities() if not rows and group else {}
+            return rows, groups
 
-    rows = run_cli(run)
+    rows, groups = run_cli(run)
+    if not rows:
+        click.echo(_nothing_matched(settings, keep, groups), err=True)
     if as_json:
         click.echo(json.dumps([r.model_dump() for r in rows], indent=2))
         return
+    if not rows:
+        return
     from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
 
-    table = Table(title="requests (newest first)")
-    # The id is what an operator acts on (`askq show ID`): never cut, never wrapped;
-    # the other columns fold on a narrow terminal.
-    table.add_column("request", no_wrap=True, min_width=32)
-    table.add_column("state", no_wrap=True)
-    for name in ("header", "agent", "turn", "groups"):
-        table.add_column(name, overflow="fold")
-    table.add_column("asked (UTC)", no_wrap=True)
-    table.add_column("outcome", overflow="fold")
-    for r in rows:
-        outcome = _summary_outcome(r)
-        cells = [
-            r.id,
-            r.state.value,
-            r.header,
-            r.agent,
-            r.turn,
-            ",".join(r.groups),
-            clock(r.created_ms)[11:19],
-            outcome,
-        ]
-        table.add_row(*[Text(visible(c)) for c in cells])
-    Console(highlight=False).print(table)
+    from ._cli_table import fitted_table
+
+    console = Console(highlight=False, width=100_000 if wide else None, soft_wrap=wide)
+    cells = [
+        {
+            "request": r.id,
+            "state": r.state.value,
+            "header": r.header,
+            "agent": r.agent,
+            "turn": r.turn,
+            "groups": ",".join(r.groups),
+            "asked (UTC)": clock(r.created_ms)[11:19],
+            "outcome": _summary_outcome(r),
+        }
+        for r in rows
+    ]
+    order = ["request", "state", "header", "agent", "turn", "groups", "asked (UTC)", "outcome"]
+    pairs = [
+        ("request", "header"),
+        ("state", "outcome"),
+        ("agent", "turn"),
+        ("asked (UTC)", "groups"),
+    ]
+    title = "requests (newest first)"
+    console.print(fitted_table(title, order, pairs, cells, console, whole={"request"}))
+
+
+def _nothing_matched(settings: Settings, keep: RequestFilter, groups: dict[str, int]) -> str:
+    """For the person who listed: what was looked through, and (for a group that is not
+    registered) which groups are."""
+    asked = [
+        f"{flag} {quoted(value)}"
+        for flag, value in (
+            ("--state", keep.state),
+            ("--agent", keep.agent),
+            ("--turn", keep.turn),
+            ("--group", keep.group),
+        )
+        if value is not None
+    ]
+    where = f"under prefix {quoted(settings.prefix)} on {redacted(settings.redis_url)}"
+    kept = f"settled in the last {_duration(settings.settled_ttl)} (ASKQ_SETTLED_TTL)"
+    if not asked:
+        return f"askq requests: no request is pending, and none was {kept}, {where}"
+    line = (
+        f"askq requests: no request matches {' '.join(asked)} among those pending and"
+        f" those {kept}, {where}"
+    )
+    if keep.group is not None and keep.group not in groups:
+        known = ", ".join(visible(name) for name in sorted(groups)[:10]) or "none"
+        more = " ..." if len(groups) > 10 else ""
+        line += f"; no group of that name is registered (groups: {known}{more})"
+    return line
+
+
+def _duration(seconds: int) -> str:
+    if seconds % 86400 == 0:
+        days = seconds // 86400
+        return "day" if days == 1 else f"{days} days"
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
 
 
 def _summary_outcome(r: RequestSummary) -> str:

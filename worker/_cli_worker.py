@@ -282,9 +282,13 @@ def _run_worker(
         )
         fail(AskError(ErrorCode.CONFIG_ERROR, f"{kind}: {problems} (options: {fields or 'none'})"))
         return
-    from ._metrics import serve_metrics
+    from ._metrics import check_metrics, start_metrics
 
     port = values.get("metrics_port")
+    try:
+        check_metrics(settings, port)  # before anything starts or connects
+    except AskError as exc:
+        fail(exc)
     group = values.get("group") or kind
     priority = values.get("priority", 0)
 
@@ -301,10 +305,10 @@ def _run_worker(
                 escalate_after=values.get("escalate_after"),
                 remind_after=values.get("remind_after"),
             )
-            served = serve_metrics(settings, port)
+            served = start_metrics(settings, port)
 
             def ready() -> None:
-                where = f", metrics on :{served}" if served else ""
+                where = f", metrics on {served}" if served else ""
                 click.echo(
                     f"askq worker: {runtime.group} ({kind}) priority {priority},"
                     f" replica {runtime.consumer}{where}: ready",

@@ -26,13 +26,17 @@ extra), each counted where that process sees it:
 
 Without the extra nothing here imports prometheus_client: the process records into
 `Recorder`, whose methods do nothing (a Python call each, no Redis round trip: see
-`bench/metrics_cost.py`). `serve_metrics` swaps in the Prometheus recorder.
+`bench/metrics_cost.py`). `start_metrics` (and `serve_metrics`) swaps in the Prometheus
+recorder.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ._cluster import ClusterUrl, is_cluster_url, sync_master_client
@@ -41,6 +45,7 @@ from ._keys import Keys
 from ._sentinel import is_sentinel_url, sync_sentinel_client
 from ._settings import Settings
 from ._shards import Layout
+from ._text import quoted
 
 log = logging.getLogger("askq.metrics")
 
@@ -279,27 +284,119 @@ class RedisCollector:
         ]
 
 
-def serve_metrics(settings: Settings, port: int | None = None) -> int | None:
-    """Serve the metrics on `port` (else `ASKQ_METRICS_PORT`; 0: a free port) and
-    record from now on; returns the port, or None when none was asked for. Without
-    the 'metrics' extra, asking for one is a CONFIG_ERROR."""
-    global recorder
-    port = settings.metrics_port if port is None else port
-    if port is None:
-        return None
+@dataclass(frozen=True)
+class MetricsEndpoint:
+    """Where a process serves its metrics: the address and port it bound."""
+
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def __str__(self) -> str:
+        every = " (every interface)" if self.host in ("0.0.0.0", "::") else ""
+        return self.url + every
+
+
+_ADDR_HINT = (
+    "give an address of this host to listen on: 127.0.0.1 (this host only),"
+    " 0.0.0.0 or :: (every interface)"
+)
+
+
+def _wanted(settings: Settings, port: int | None) -> tuple[int, str] | None:
+    """The port asked for and the setting that asked (the flag, else the variable)."""
+    if port is not None:
+        return port, "--metrics-port"
+    if settings.metrics_port is not None:
+        return settings.metrics_port, "ASKQ_METRICS_PORT"
+    return None
+
+
+def check_metrics(settings: Settings, port: int | None = None) -> None:
+    """What `serve_metrics` would refuse, found before a process starts anything: a
+    port out of range, no prometheus-client, an ASKQ_METRICS_ADDR that names no
+    address. Each is a CONFIG_ERROR naming the setting, never a resolver's error."""
+    wanted = _wanted(settings, port)
+    if wanted is None:
+        return
+    port, setting = wanted
+    if not 0 <= port <= 65535:
+        raise AskError(
+            ErrorCode.CONFIG_ERROR,
+            f"{setting} {port}: not a port; give 1-65535, or 0 for any free port",
+        )
     try:
-        from prometheus_client import CollectorRegistry, start_http_server
+        import prometheus_client  # noqa: F401
     except ImportError:
         raise AskError(
             ErrorCode.CONFIG_ERROR,
-            "--metrics-port needs prometheus-client: pip install 'askq[metrics]'",
+            f"{setting} needs prometheus-client: pip install 'askq[metrics]'",
         ) from None
+    addr = settings.metrics_addr
+    if not addr.strip():
+        raise AskError(ErrorCode.CONFIG_ERROR, f"ASKQ_METRICS_ADDR is empty; {_ADDR_HINT}")
+    try:  # as prometheus-client will, so what it would fail on is named here
+        socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError, ValueError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+        if addr.count(":") == 1:
+            why += "; the port is --metrics-port or ASKQ_METRICS_PORT"
+        raise AskError(
+            ErrorCode.CONFIG_ERROR,
+            f"ASKQ_METRICS_ADDR {quoted(addr)}: no address to listen on ({why}); {_ADDR_HINT}",
+        ) from None
+
+
+def _bind_error(exc: OSError, setting: str, port: int, addr: str) -> AskError:
+    if exc.errno == errno.EADDRINUSE:
+        why = (
+            f"{setting} {port}: port {port} on {addr} is in use by another process;"
+            " pick another, or 0 for any free port"
+        )
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        why = f"ASKQ_METRICS_ADDR {quoted(addr)}: not an address of this host; {_ADDR_HINT}"
+    elif exc.errno == errno.EACCES:
+        why = (
+            f"{setting} {port}: not allowed to listen on port {port} here"
+            " (below 1024 needs privileges)"
+        )
+    else:
+        why = (
+            f"{setting} {port} on ASKQ_METRICS_ADDR {quoted(addr)}: cannot listen:"
+            f" {exc.strerror or exc}"
+        )
+    return AskError(ErrorCode.CONFIG_ERROR, why)
+
+
+def start_metrics(settings: Settings, port: int | None = None) -> MetricsEndpoint | None:
+    """Serve the metrics on `port` (else `ASKQ_METRICS_PORT`; 0: a free port) at
+    `ASKQ_METRICS_ADDR`, and record from now on; returns the address and port bound,
+    or None when no port was asked for. What cannot be served is a CONFIG_ERROR naming
+    the setting (`check_metrics`; a port in use)."""
+    global recorder
+    check_metrics(settings, port)
+    wanted = _wanted(settings, port)
+    if wanted is None:
+        return None
+    port, setting = wanted
+    from prometheus_client import CollectorRegistry, start_http_server
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RedisCollector(settings))
     try:
         server, _thread = start_http_server(port, addr=settings.metrics_addr, registry=registry)
     except OSError as exc:
-        raise AskError(ErrorCode.CONFIG_ERROR, f"--metrics-port {port}: {exc}") from None
+        raise _bind_error(exc, setting, port, settings.metrics_addr) from None
     recorder = PrometheusRecorder(registry)
-    served: int = server.server_port
-    return served
+    host, bound = server.server_address[:2]
+    return MetricsEndpoint(str(host), int(bound))
+
+
+def serve_metrics(settings: Settings, port: int | None = None) -> int | None:
+    """`start_metrics`, returning the port bound (None when none was asked for)."""
+    endpoint = start_metrics(settings, port)
+    return endpoint.port if endpoint else None

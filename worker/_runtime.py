@@ -517,8 +517,11 @@ class AnswererRuntime:
                 self._decided(offer, "declined", started)
                 return
             answers, by = at_once.value
-            try:
-                await answering.claim_and_answer(offer, answers, by=by)
+            try:  # the answer in the trace, as a human's is (inside this offer's span)
+                with _tracing.joined(
+                    "askq.answer", offer.trace, request_id=offer.request_id, group=self.group, by=by
+                ):
+                    await answering.claim_and_answer(offer, answers, by=by)
             except AskError as exc:
                 if exc.code is ErrorCode.INVALID_REQUEST:
                     log.warning("%s answer to %s refused: %s", self.group, offer.request_id, exc)

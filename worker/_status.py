@@ -24,7 +24,9 @@ FAILED_SHOWN = 5
 class ReplicaStatus(BaseModel):
     name: str
     beat_age_seconds: float | None  # None: it has not beaten since status knew to look
-    live_for_seconds: float  # until its registration lapses (unless it beats again)
+    # What is left of its registration: each beat renews it, so this is how long it
+    # stays counted live if it stops beating now (not how long it has been up).
+    lapses_in_seconds: float
 
 
 class GroupDetail(GroupStatus):
@@ -74,7 +76,7 @@ async def full_status(seam: Seam, limit: int) -> FullStatus:
                 ReplicaStatus(
                     name=name,
                     beat_age_seconds=(now - int(beats[name])) / 1000 if name in beats else None,
-                    live_for_seconds=(until - now) / 1000,
+                    lapses_in_seconds=(until - now) / 1000,
                 )
                 for name, until in live
             ]

@@ -47,7 +47,8 @@ from ._runtime import run_until_stopped, stop_on_signals
 from ._seam import Seam
 from ._settings import Settings
 from ._text import visible
-from ._tracing import environment_context
+from ._tracing import configure_from_environment as configure_tracing
+from ._tracing import environment_context, flush_traces
 
 
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -61,6 +62,10 @@ def main(ctx: click.Context) -> None:
     fish_source for those shells)."""
     given = ctx.meta.setdefault("askq.globals", {})
     configure_logging(given)
+    try:  # traces: the standard OTEL_* variables (README, "Metrics and traces")
+        configure_tracing()
+    except AskError as exc:
+        fail(exc)
     if ctx.invoked_subcommand != "demo":  # the demo ignores ASKQ_REDIS_URL
         ctx.obj = settings_for(given)
 
@@ -199,8 +204,21 @@ def ask(
 
 def _read_input(file: Any) -> str:
     """The tool-input JSON from FILE or stdin, as text: bytes that are not UTF-8 are
-    INVALID_REQUEST naming where, not a traceback."""
-    raw: bytes = (file or sys.stdin.buffer).read()
+    INVALID_REQUEST naming where, not a traceback. Read from a terminal, a line on
+    stderr first says what is read and how to end it: `askq ask` typed alone would
+    otherwise wait, silent, for input the person does not know it wants."""
+    source = file or sys.stdin.buffer
+    if _is_tty(source):
+        click.echo(typing_hint(), err=True)
+    raw: bytes = source.read()
+    if not raw.strip():
+        fail(
+            AskError(
+                ErrorCode.INVALID_REQUEST,
+                "input: empty; give the tool-input JSON on stdin or as FILE, or one"
+                " question with -q 'Deploy now?' -o Yes -o No",
+            )
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -211,6 +229,22 @@ def _read_input(file: Any) -> str:
             )
         )
         raise AssertionError("unreachable") from None
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def typing_hint() -> str:
+    end = "Ctrl-D on a line of its own" if os.name == "posix" else "Ctrl-Z, then Enter"
+    return (
+        "askq ask: reading the question as tool-input JSON from the terminal; type or"
+        f" paste it, then end it with {end}. To ask one question without JSON:"
+        " askq ask -q 'Deploy now?' -o Yes -o No"
+    )
 
 
 _CALLER_FLAGS = {"agent_id": "--agent", "turn_id": "--turn", "owner": "--owner"}
@@ -247,19 +281,24 @@ def sweeper(settings: Settings, metrics_port: int | None) -> None:
     from arq.worker import Worker
 
     from ._arq import run_supervised
-    from ._metrics import serve_metrics
+    from ._metrics import check_metrics, start_metrics
     from ._sweeper import worker_settings
+
+    try:
+        check_metrics(settings, metrics_port)  # before anything starts or connects
+    except AskError as exc:
+        fail(exc)
 
     async def run() -> None:
         stop = stop_on_signals()
         options = worker_settings(settings)  # a sweep interval the cron cannot run: refused
         async with Seam(settings=settings):
             pass  # entering pings Redis: one clear line if it is unreachable
-        served = serve_metrics(settings, metrics_port)
+        served = start_metrics(settings, metrics_port)
         task = asyncio.create_task(
             run_supervised("askq sweeper", lambda: Worker(**options, handle_signals=False))
         )
-        where = f", metrics on :{served}" if served else ""
+        where = f", metrics on {served}" if served else ""
         click.echo(
             f"askq sweeper: ready (maintenance every {settings.sweep_interval:g} s,"
             f" arq poll {settings.poll_delay:g} s{where})",
@@ -348,6 +387,13 @@ def mcp(settings: Settings, http: bool, host: str, port: int) -> None:
     except AskError as exc:
         fail(exc)
         return
+    if http and not 0 <= port <= 65535:  # uvicorn said "ready" on 99999, then nothing
+        fail(
+            AskError(
+                ErrorCode.CONFIG_ERROR,
+                f"--port {port}: not a port; give 1-65535, or 0 for any free port",
+            )
+        )
     if http:
         run_cli(
             lambda: serve_http(
@@ -361,6 +407,7 @@ def mcp(settings: Settings, http: bool, host: str, port: int) -> None:
     elif not run_cli(lambda: serve_stdio(settings, mcp_settings)):
         # Stopped by a signal with stdin open: everything is withdrawn and closed, but
         # the SDK's stdin reader thread would hold the interpreter at exit.
+        flush_traces()  # os._exit skips the tracer provider's own flush at exit
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -218,16 +218,48 @@ def test_reply_text_of_a_message_prefers_plain_text() -> None:
 def test_reply_addresses_bind_request_and_recipient_and_rotate() -> None:
     old = ReplyAddresses(["old-secret-0123456789"], "askq.example")
     both = ReplyAddresses(["new-secret-0123456789", "old-secret-0123456789"], "ASKQ.example")
-    address = old.address("answer", "a" * 32, "Alice@ACME.example")
+    address = old.address("answer", "a" * 32, "Alice@ACME.example", group="email")
     parsed = both.parse(address.upper().replace("ASKQ.EXAMPLE", "askq.example"))
     assert parsed is not None and parsed.request_id == "a" * 32
-    assert both.verifies(parsed, "alice@acme.example")
-    assert not both.verifies(parsed, "bob@acme.example")
+    assert both.verifies(parsed, "alice@acme.example", group="email")
+    assert not both.verifies(parsed, "bob@acme.example", group="email")
     assert both.parse("answer+abc.def@other.example") is None
     assert both.parse("someone@askq.example") is None
-    bounce_address = both.parse(both.address("bounce", "a" * 32, "alice@acme.example"))
+    mint = both.address("bounce", "a" * 32, "alice@acme.example", group="email")
+    bounce_address = both.parse(mint)
     assert bounce_address is not None and bounce_address.kind == "bounce"
     assert bounce_address.mac != parsed.mac  # an answer address is not a bounce address
+
+
+def test_a_reply_address_is_bound_to_the_group_that_minted_it() -> None:
+    """Two email groups with the same secret and reply domain: an address one minted
+    does not verify at the other (its reply must not answer for the other group)."""
+    addresses = ReplyAddresses(["one-secret-0123456789"], "askq.example")
+    mail = addresses.address("answer", "a" * 32, "alice@acme.example", group="email-first")
+    parsed = addresses.parse(mail)
+    assert parsed is not None
+    assert addresses.verifies(parsed, "alice@acme.example", group="email-first")
+    assert not addresses.verifies(parsed, "alice@acme.example", group="email-mgr")
+    other = addresses.address("answer", "a" * 32, "alice@acme.example", group="email-mgr")
+    assert other != mail
+
+
+def test_a_reply_address_minted_before_the_group_was_bound_still_verifies() -> None:
+    """An address an older version mailed (its MAC without the group) still counts, so
+    a reply to a question mailed before an upgrade is not refused."""
+    import base64
+    import hashlib
+    import hmac
+
+    secret, recipient, request_id = "one-secret-0123456789", "alice@acme.example", "b" * 32
+    key = hmac.new(secret.encode(), b"askq email reply address v1", hashlib.sha256).digest()
+    message = f"answer\n{request_id}\n{recipient}".encode()
+    mac = base64.b32encode(hmac.new(key, message, hashlib.sha256).digest()[:10]).decode().lower()
+    addresses = ReplyAddresses([secret], "askq.example")
+    parsed = addresses.parse(f"answer+{request_id}.{mac}@askq.example")
+    assert parsed is not None
+    assert addresses.verifies(parsed, recipient, group="email")
+    assert not addresses.verifies(parsed, "bob@acme.example", group="email")
 
 
 # --- routes and settings -----------------------------------------------------------------

@@ -68,7 +68,8 @@ def _refusal_text(exc: AskError) -> str:
         detail = mrkdwn(exc.message, ERROR_SHOWN_MAX)
         return f"Already answered — this question is {detail}. Nothing was recorded."
     if exc.code is ErrorCode.NOT_CLAIMED:
-        return "Already answered elsewhere (or passed on): nothing was recorded."
+        # Still waiting, with another group (an escalation, a claim given back).
+        return "This question was passed on to other people: nothing was recorded here."
     return "This question has expired: nothing was recorded."
 
 

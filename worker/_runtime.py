@@ -286,7 +286,6 @@ class AnswererRuntime:
     async def run(self) -> None:
         """Register, then serve until cancelled (or until the registry refuses this
         replica: then raise its CONFIG_ERROR)."""
-        await self._read_records_of_old_versions()
         # The channel starts first: a group must not turn live before it can show anything.
         await self.answerer.start(self._handle)
         blocking = []
@@ -305,6 +304,7 @@ class AnswererRuntime:
             ]
         loops: list[asyncio.Task[Any]] = []
         try:
+            await self._read_records_of_old_versions()  # before any offer is shown
             await self._register()
             self.ready.set()
             loops = [

@@ -216,17 +216,18 @@ def test_reply_text_of_a_message_prefers_plain_text() -> None:
 
 
 def test_reply_addresses_bind_request_and_recipient_and_rotate() -> None:
-    old = ReplyAddresses(["old-secret-0123456789"], "askq.example")
-    both = ReplyAddresses(["new-secret-0123456789", "old-secret-0123456789"], "ASKQ.example")
-    address = old.address("answer", "a" * 32, "Alice@ACME.example", group="email")
+    old = ReplyAddresses(["old-secret-0123456789"], "askq.example").for_group("email")
+    both = ReplyAddresses(
+        ["new-secret-0123456789", "old-secret-0123456789"], "ASKQ.example"
+    ).for_group("email")
+    address = old.address("answer", "a" * 32, "Alice@ACME.example")
     parsed = both.parse(address.upper().replace("ASKQ.EXAMPLE", "askq.example"))
     assert parsed is not None and parsed.request_id == "a" * 32
-    assert both.verifies(parsed, "alice@acme.example", group="email")
-    assert not both.verifies(parsed, "bob@acme.example", group="email")
+    assert both.verifies(parsed, "alice@acme.example")
+    assert not both.verifies(parsed, "bob@acme.example")
     assert both.parse("answer+abc.def@other.example") is None
     assert both.parse("someone@askq.example") is None
-    mint = both.address("bounce", "a" * 32, "alice@acme.example", group="email")
-    bounce_address = both.parse(mint)
+    bounce_address = both.parse(both.address("bounce", "a" * 32, "alice@acme.example"))
     assert bounce_address is not None and bounce_address.kind == "bounce"
     assert bounce_address.mac != parsed.mac  # an answer address is not a bounce address
 
@@ -235,13 +236,13 @@ def test_a_reply_address_is_bound_to_the_group_that_minted_it() -> None:
     """Two email groups with the same secret and reply domain: an address one minted
     does not verify at the other (its reply must not answer for the other group)."""
     addresses = ReplyAddresses(["one-secret-0123456789"], "askq.example")
-    mail = addresses.address("answer", "a" * 32, "alice@acme.example", group="email-first")
-    parsed = addresses.parse(mail)
+    first, mgr = addresses.for_group("email-first"), addresses.for_group("email-mgr")
+    mail = first.address("answer", "a" * 32, "alice@acme.example")
+    parsed = first.parse(mail)
     assert parsed is not None
-    assert addresses.verifies(parsed, "alice@acme.example", group="email-first")
-    assert not addresses.verifies(parsed, "alice@acme.example", group="email-mgr")
-    other = addresses.address("answer", "a" * 32, "alice@acme.example", group="email-mgr")
-    assert other != mail
+    assert first.verifies(parsed, "alice@acme.example")
+    assert not mgr.verifies(parsed, "alice@acme.example")
+    assert mgr.address("answer", "a" * 32, "alice@acme.example") != mail
 
 
 def test_a_reply_address_minted_before_the_group_was_bound_still_verifies() -> None:
@@ -255,11 +256,11 @@ def test_a_reply_address_minted_before_the_group_was_bound_still_verifies() -> N
     key = hmac.new(secret.encode(), b"askq email reply address v1", hashlib.sha256).digest()
     message = f"answer\n{request_id}\n{recipient}".encode()
     mac = base64.b32encode(hmac.new(key, message, hashlib.sha256).digest()[:10]).decode().lower()
-    addresses = ReplyAddresses([secret], "askq.example")
+    addresses = ReplyAddresses([secret], "askq.example").for_group("email")
     parsed = addresses.parse(f"answer+{request_id}.{mac}@askq.example")
     assert parsed is not None
-    assert addresses.verifies(parsed, recipient, group="email")
-    assert not addresses.verifies(parsed, "bob@acme.example", group="email")
+    assert addresses.verifies(parsed, recipient)
+    assert not addresses.verifies(parsed, "bob@acme.example")
 
 
 # --- routes and settings -----------------------------------------------------------------

@@ -45,17 +45,29 @@ class ReturnAddress:
 
 
 class ReplyAddresses:
-    """Mints and checks return addresses at `domain`; the first secret signs, every one
-    verifies (rotation, as for signed links)."""
+    """Mints and checks return addresses at `domain` for one group (`for_group`); the
+    first secret signs, every one verifies (rotation, as for signed links)."""
 
-    def __init__(self, secrets: Sequence[str], domain: str) -> None:
+    def __init__(self, secrets: Sequence[str], domain: str, group: str | None = None) -> None:
         if not secrets or any(not s for s in secrets):
             raise AskError(ErrorCode.CONFIG_ERROR, "ASKQ_EMAIL_SECRET: a secret is empty")
+        self._secrets = tuple(secrets)
         self._keys = [hmac.new(s.encode(), _KEY_CONTEXT, hashlib.sha256).digest() for s in secrets]
         self._keys_v1 = [
             hmac.new(s.encode(), _KEY_CONTEXT_V1, hashlib.sha256).digest() for s in secrets
         ]
         self.domain = domain.lower()
+        self.group = group
+
+    def for_group(self, group: str) -> ReplyAddresses:
+        """The same addresses, minted and checked for `group` (the answerer binds its
+        own at start-up)."""
+        return ReplyAddresses(self._secrets, self.domain, group)
+
+    def _group(self) -> str:
+        if self.group is None:
+            raise AskError(ErrorCode.INTERNAL, "reply addresses used before for_group()")
+        return self.group
 
     @staticmethod
     def _mac(key: bytes, kind: Kind, request_id: str, recipient: str, group: str | None) -> str:
@@ -63,9 +75,9 @@ class ReplyAddresses:
         digest = hmac.new(key, "\n".join(parts).encode(), hashlib.sha256).digest()[:MAC_BYTES]
         return base64.b32encode(digest).decode("ascii").lower()
 
-    def address(self, kind: Kind, request_id: str, recipient: str, *, group: str) -> str:
-        """The return address of `group`'s mail about `request_id` to `recipient`."""
-        mac = self._mac(self._keys[0], kind, request_id, recipient, group)
+    def address(self, kind: Kind, request_id: str, recipient: str) -> str:
+        """The return address of this group's mail about `request_id` to `recipient`."""
+        mac = self._mac(self._keys[0], kind, request_id, recipient, self._group())
         return f"{kind}+{request_id}.{mac}@{self.domain}"
 
     def parse(self, address: str) -> ReturnAddress | None:
@@ -79,9 +91,10 @@ class ReplyAddresses:
         kind: Kind = "answer" if found.group(1) == "answer" else "bounce"
         return ReturnAddress(kind, found.group(2), found.group(3))
 
-    def verifies(self, address: ReturnAddress, recipient: str, *, group: str) -> bool:
-        """Whether `address` was minted by `group` for `recipient` (constant-time, every
-        secret; an address of before the group was bound verifies without it)."""
+    def verifies(self, address: ReturnAddress, recipient: str) -> bool:
+        """Whether `address` was minted by this group for `recipient` (constant-time,
+        every secret; an address of before the group was bound verifies without it)."""
+        group = self._group()
         minted = [
             self._mac(key, address.kind, address.request_id, recipient, group) for key in self._keys
         ] + [

@@ -107,7 +107,7 @@ class Inbox:
         sender = inbound.sender
         if sender is None:
             return self._refused(inbound, "no single From address")
-        if not self.addresses.verifies(address, sender, group=self.group.name):
+        if not self.addresses.verifies(address, sender):
             return self._refused(inbound, f"this reply address was not sent to {sender}")
         try:
             request = await self.group.request(address.request_id)
@@ -189,10 +189,7 @@ class Inbox:
             return Received(Verdict.IGNORED, "a bounce for an expired request")
         route = self.routes.match(request.scope)
         recipients = route.to if route else ()
-        recipient = next(
-            (r for r in recipients if self.addresses.verifies(address, r, group=self.group.name)),
-            None,
-        )
+        recipient = next((r for r in recipients if self.addresses.verifies(address, r)), None)
         if recipient is None:
             log.warning("a bounce for %s that no recipient's address verifies", request.id)
             return Received(Verdict.REFUSED, "the bounce address does not verify")

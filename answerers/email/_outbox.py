@@ -79,9 +79,7 @@ class Outbox:
             from_address=self.config.from_address,
             from_name=self.config.from_name,
             to=recipient,
-            reply_to=self.config.addresses.address(
-                "answer", request_id, recipient, group=self.group.name
-            ),
+            reply_to=self.config.addresses.address("answer", request_id, recipient),
             message_id=self._question_id(request_id, recipient)
             if first
             else make_msgid(domain=self.config.domain),
@@ -119,9 +117,7 @@ class Outbox:
         # no links: a link would let them answer all the same.
         links = self._links(request_id, recipient) if route.allows(recipient) else None
         message = compose.question_message(request, self._envelope(request_id, recipient), links)
-        bounce_to = self.config.addresses.address(
-            "bounce", request_id, recipient, group=self.group.name
-        )
+        bounce_to = self.config.addresses.address("bounce", request_id, recipient)
         try:
             await self.mailer.send(message, sender=bounce_to, recipient=recipient)
         except MailRefused as exc:
@@ -160,9 +156,7 @@ class Outbox:
             preface=["Reminder: this question is still waiting for your answer.", ""],
             in_thread=True,
         )
-        bounce_to = self.config.addresses.address(
-            "bounce", request_id, recipient, group=self.group.name
-        )
+        bounce_to = self.config.addresses.address("bounce", request_id, recipient)
         try:
             await self.mailer.send(message, sender=bounce_to, recipient=recipient)
         except MailRefused as exc:

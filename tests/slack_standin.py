@@ -349,7 +349,12 @@ class Message:
     @property
     def request_id(self) -> str:
         block_id = next(b["block_id"] for b in self.blocks if b["type"] == "actions")
-        return str(block_id.split(":", 2)[2])
+        return str(block_id.split(":")[2])  # askq:<part>:<request id>:<group>
+
+    @property
+    def group(self) -> str:
+        block_id = next(b["block_id"] for b in self.blocks if b["type"] == "actions")
+        return str(block_id.split(":")[3])
 
     def element(self, action_id: str, question: int | None = None) -> tuple[str, dict[str, Any]]:
         """(block_id, element) of the first element with that action id (in question's block)."""

@@ -263,8 +263,10 @@ def test_reply_text_of_a_message_prefers_plain_text() -> None:
 
 
 def test_reply_addresses_bind_request_and_recipient_and_rotate() -> None:
-    old = ReplyAddresses(["old-secret-0123456789"], "askq.example")
-    both = ReplyAddresses(["new-secret-0123456789", "old-secret-0123456789"], "ASKQ.example")
+    old = ReplyAddresses(["old-secret-0123456789"], "askq.example").for_group("email")
+    both = ReplyAddresses(
+        ["new-secret-0123456789", "old-secret-0123456789"], "ASKQ.example"
+    ).for_group("email")
     address = old.address("answer", "a" * 32, "Alice@ACME.example")
     parsed = both.parse(address.upper().replace("ASKQ.EXAMPLE", "askq.example"))
     assert parsed is not None and parsed.request_id == "a" * 32
@@ -275,6 +277,37 @@ def test_reply_addresses_bind_request_and_recipient_and_rotate() -> None:
     bounce_address = both.parse(both.address("bounce", "a" * 32, "alice@acme.example"))
     assert bounce_address is not None and bounce_address.kind == "bounce"
     assert bounce_address.mac != parsed.mac  # an answer address is not a bounce address
+
+
+def test_a_reply_address_is_bound_to_the_group_that_minted_it() -> None:
+    """Two email groups with the same secret and reply domain: an address one minted
+    does not verify at the other (its reply must not answer for the other group)."""
+    addresses = ReplyAddresses(["one-secret-0123456789"], "askq.example")
+    first, mgr = addresses.for_group("email-first"), addresses.for_group("email-mgr")
+    mail = first.address("answer", "a" * 32, "alice@acme.example")
+    parsed = first.parse(mail)
+    assert parsed is not None
+    assert first.verifies(parsed, "alice@acme.example")
+    assert not mgr.verifies(parsed, "alice@acme.example")
+    assert mgr.address("answer", "a" * 32, "alice@acme.example") != mail
+
+
+def test_a_reply_address_minted_before_the_group_was_bound_still_verifies() -> None:
+    """An address an older version mailed (its MAC without the group) still counts, so
+    a reply to a question mailed before an upgrade is not refused."""
+    import base64
+    import hashlib
+    import hmac
+
+    secret, recipient, request_id = "one-secret-0123456789", "alice@acme.example", "b" * 32
+    key = hmac.new(secret.encode(), b"askq email reply address v1", hashlib.sha256).digest()
+    message = f"answer\n{request_id}\n{recipient}".encode()
+    mac = base64.b32encode(hmac.new(key, message, hashlib.sha256).digest()[:10]).decode().lower()
+    addresses = ReplyAddresses([secret], "askq.example").for_group("email")
+    parsed = addresses.parse(f"answer+{request_id}.{mac}@askq.example")
+    assert parsed is not None
+    assert addresses.verifies(parsed, recipient)
+    assert not addresses.verifies(parsed, "bob@acme.example")
 
 
 # --- routes and settings -----------------------------------------------------------------

@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from conftest import ROOT, Backend, running
 from prometheus_client.parser import text_string_to_metric_families
 from test_cli_errors import one_line_error
@@ -241,7 +242,7 @@ def test_the_grafana_dashboard_uses_only_metrics_askq_exposes(backend: Backend) 
     recorder.settled("g", "answered", 1.0)
     recorder.passed_on("g", 0, "declined")
     recorder.reminded("g")
-    recorder.sent("slack", "ok")
+    recorder.sent("g", "slack", "ok")
     recorder.fired("remind", 0.01)
     recorder.recovered("callers_gone", 1)
     families = list(text_string_to_metric_families(generate_latest(registry).decode()))
@@ -256,3 +257,39 @@ def test_the_grafana_dashboard_uses_only_metrics_askq_exposes(backend: Backend) 
     }
     assert used and used <= exposed, used - exposed
     assert "askq_pending_requests" in exposed and "askq_sweeper_lag_seconds" in exposed
+
+
+async def test_sends_are_counted_per_group(seam: Seam, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two groups of one channel kind in one process: each group's sends are its own
+    series (before: one series per kind, so whose sends failed could not be told)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from askq import _metrics
+    from askq._metrics import PrometheusRecorder
+
+    class Pinger(MemoryAnswerer):
+        kind = "pinger"
+        uses_sends = True
+        pinged: asyncio.Event
+
+        async def ping(self) -> None:
+            self.pinged.set()
+
+    registry = CollectorRegistry()
+    monkeypatch.setattr(_metrics, "recorder", PrometheusRecorder(registry))
+    one, two = Pinger(), Pinger()
+    async with running(seam, one, "one"), running(seam, two, "two"):
+        for pinger, times in ((one, 1), (two, 2)):
+            for _ in range(times):
+                pinger.pinged = asyncio.Event()
+                await pinger.group.send("ping")
+                await asyncio.wait_for(pinger.pinged.wait(), 10)
+    text = generate_latest(registry).decode()
+    samples = {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    sent = "askq_sends_total"
+    assert value(samples, sent, group="one", channel="pinger", result="ok") == 1
+    assert value(samples, sent, group="two", channel="pinger", result="ok") == 2

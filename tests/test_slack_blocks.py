@@ -103,31 +103,33 @@ def listing(q: Question) -> str:
 
 
 def test_one_single_select_question_is_buttons() -> None:
-    blocks = question_message(RID, [question()], CALLER)
+    blocks = question_message(RID, [question()], CALLER, group="slack")
     assert kinds(blocks) == ["header", "section", "section", "actions", "context"]
     buttons = blocks[3]["elements"]
     assert [b["action_id"] for b in buttons] == ["askq.pick.0", "askq.pick.1", "askq.other"]
     assert buttons[0]["style"] == "primary" and "style" not in buttons[1]
-    assert blocks[3]["block_id"] == f"askq:0:{RID}"
+    assert blocks[3]["block_id"] == f"askq:0:{RID}:slack"
     assert "*No, keep them* — Aborts the cleanup." in blocks[2]["text"]["text"]
     assert block_problems(blocks) == []
 
 
 def test_a_free_text_question_has_an_answer_button_and_no_submit() -> None:
-    blocks = question_message(RID, [question(options=[])], CALLER)
+    blocks = question_message(RID, [question(options=[])], CALLER, group="slack")
     assert kinds(blocks) == ["header", "section", "actions", "context"]
     assert blocks[2]["elements"][0]["text"]["text"] == "Answer…"
 
 
 def test_several_questions_are_one_form_with_one_submit() -> None:
     multi = question(id="langs", header="Languages", multiSelect=True)
-    blocks = question_message(RID, [question(), multi, question(id="n", options=[])], CALLER)
+    blocks = question_message(
+        RID, [question(), multi, question(id="n", options=[])], CALLER, group="slack"
+    )
     actions = [b for b in blocks if b["type"] == "actions"]
     assert [b["block_id"] for b in actions] == [
-        f"askq:0:{RID}",
-        f"askq:1:{RID}",
-        f"askq:2:{RID}",
-        f"askq:submit:{RID}",
+        f"askq:0:{RID}:slack",
+        f"askq:1:{RID}:slack",
+        f"askq:2:{RID}:slack",
+        f"askq:submit:{RID}:slack",
     ]
     assert [e["type"] for e in actions[0]["elements"]] == ["radio_buttons", "button"]
     assert [e["type"] for e in actions[1]["elements"]] == ["checkboxes", "button"]
@@ -142,10 +144,10 @@ def test_several_questions_are_one_form_with_one_submit() -> None:
 @pytest.mark.parametrize("multi", [False, True])
 def test_texts_at_askq_limits_fit_slack_limits(multi: bool) -> None:
     questions = [longest(i, multi) for i in range(8)]
-    blocks = question_message(RID, questions, CALLER)
+    blocks = question_message(RID, questions, CALLER, group="slack")
     assert block_problems(blocks) == []
     assert len(blocks) <= 50
-    one = question_message(RID, [longest(0, multi)], CALLER)
+    one = question_message(RID, [longest(0, multi)], CALLER, group="slack")
     assert block_problems(one) == []
     # all of the question (10,000 characters escaped), then the full labels and
     # descriptions, listed since the controls show them cut
@@ -160,7 +162,7 @@ def test_texts_at_askq_limits_fit_slack_limits(multi: bool) -> None:
 
 def test_a_long_question_is_shown_whole_in_sections_that_keep_escapes_whole() -> None:
     text = "<!channel> " + "&" * 1989  # 10,000 characters once escaped
-    blocks = question_message(RID, [question(question=text, options=[])], CALLER)
+    blocks = question_message(RID, [question(question=text, options=[])], CALLER, group="slack")
     assert kinds(blocks) == ["header"] + ["section"] * 4 + ["actions", "context"]
     pieces = sections(blocks)
     assert "".join(pieces) == escaped(text)
@@ -170,22 +172,22 @@ def test_a_long_question_is_shown_whole_in_sections_that_keep_escapes_whole() ->
 
 def test_a_long_text_is_split_at_a_newline_or_a_space_near_the_limit() -> None:
     typical = question(question=("word " * 400)[:2000], options=[])
-    assert len(sections(question_message(RID, [typical], CALLER))) == 1  # as before
+    assert len(sections(question_message(RID, [typical], CALLER, group="slack"))) == 1  # as before
     # a space in a section's last quarter is where it ends
     words = question(question="&" * 500 + " " + "word " * 299, options=[])  # 3,996 escaped
-    pieces = sections(question_message(RID, [words], CALLER))
+    pieces = sections(question_message(RID, [words], CALLER, group="slack"))
     assert "".join(pieces) == escaped(words.question)
     assert [len(p) for p in pieces] == [2996, 1000] and pieces[0].endswith(" word ")
     # a newline in its second half, before that
     lines = question(question=("&" * 300 + "\n") * 6, options=[])  # 1,501 characters a line
-    pieces = sections(question_message(RID, [lines], CALLER))
+    pieces = sections(question_message(RID, [lines], CALLER, group="slack"))
     assert "".join(pieces) == escaped(lines.question)
     assert [len(p) for p in pieces] == [1501] * 6 and all(p.endswith("\n") for p in pieces)
 
 
 def test_a_long_option_list_is_shown_whole() -> None:
     q = worst(0, multi=True)  # ten options of 3,107 characters each once escaped
-    blocks = question_message(RID, [q], CALLER)
+    blocks = question_message(RID, [q], CALLER, group="slack")
     assert block_problems(blocks) == []
     assert "".join(sections(blocks)) == escaped(q.question) + listing(q)
     assert not any(BROKEN_ESCAPE.search(t) for t in mrkdwn_texts(blocks))
@@ -198,7 +200,7 @@ def test_the_worst_case_fits_50_blocks_cutting_option_lists_first(multi: bool) -
     well over 50 blocks. Each question and option list keeps its first section; what
     is left goes to the questions; nothing is cut inside an escape."""
     questions = [worst(i, multi) for i in range(8)]
-    blocks = question_message(RID, questions, CALLER)
+    blocks = question_message(RID, questions, CALLER, group="slack")
     assert block_problems(blocks) == []
     assert len(blocks) == 50
     texts = mrkdwn_texts(blocks)
@@ -238,8 +240,8 @@ def test_the_final_message_fits_and_keeps_the_answers_longest() -> None:
 def test_agent_text_is_escaped_in_every_mrkdwn_text() -> None:
     caller = Caller(agent_id="<!here>", turn_id="<@U123>")
     for blocks in (
-        question_message(RID, [HOSTILE, question(id="n", options=[])], caller),
-        question_message(RID, [HOSTILE], caller),
+        question_message(RID, [HOSTILE, question(id="n", options=[])], caller, group="slack"),
+        question_message(RID, [HOSTILE], caller, group="slack"),
         final_message(
             [HOSTILE],
             Outcome(
@@ -262,7 +264,7 @@ def test_agent_text_is_escaped_in_every_mrkdwn_text() -> None:
         final_text([HOSTILE], Outcome("CANCELLED", code="ABORTED")),
     ):
         assert not any(markup in text for markup in AGENT_MARKUP), text
-    shown = "".join(sections(question_message(RID, [HOSTILE], caller)))
+    shown = "".join(sections(question_message(RID, [HOSTILE], caller, group="slack")))
     assert escaped(HOSTILE.question) in shown and escaped(HOSTILE.labels[0]) in shown
 
 
@@ -383,6 +385,41 @@ def test_parse_block_actions_with_state() -> None:
     payload["actions"] = payload["actions"][1:]
     assert parse_interaction(payload) is None
     assert parse_interaction({"type": "view_closed", "user": {"id": "U1"}}) is None
+
+
+def test_a_click_names_the_group_whose_message_it_is() -> None:
+    """Block ids carry the group that posted the message (and the modal's metadata
+    does), so a click on another group's message is told apart; a message posted
+    before (`askq:<part>:<request>`) names none."""
+    blocks = question_message(RID, [question()], CALLER, group="slack-mgr")
+    payload: dict[str, Any] = {
+        "type": "block_actions",
+        "user": {"id": "U1"},
+        "actions": [
+            {"block_id": blocks[3]["block_id"], "action_id": "askq.pick.1", "type": "button"}
+        ],
+    }
+    parsed = parse_interaction(payload)
+    assert isinstance(parsed, BlockActions)
+    assert [(a.request_id, a.group) for a in parsed.actions] == [(RID, "slack-mgr")]
+    payload["actions"][0]["block_id"] = f"askq:0:{RID}"
+    legacy = parse_interaction(payload)
+    assert isinstance(legacy, BlockActions)
+    assert [(a.request_id, a.group) for a in legacy.actions] == [(RID, None)]
+    meta = {"r": RID, "q": 0, "c": "C1", "ts": "1.2", "g": "slack-mgr"}
+    view = custom_modal(question(), meta, submits_answer=True)
+    submitted = parse_interaction(
+        {
+            "type": "view_submission",
+            "user": {"id": "U1"},
+            "view": {
+                "callback_id": view["callback_id"],
+                "private_metadata": view["private_metadata"],
+                "state": {"values": {"askq:custom": {"custom": {"value": "text"}}}},
+            },
+        }
+    )
+    assert isinstance(submitted, CustomSubmitted) and submitted.group == "slack-mgr"
 
 
 def test_parse_view_submission() -> None:

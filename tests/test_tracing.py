@@ -92,6 +92,7 @@ async def test_the_answerers_spans_join_the_agents_trace(backend: Backend, seam:
     assert present.parent is not None and present.parent.span_id == offer.context.span_id
     send = found["askq.send post"]
     assert send.parent is not None and send.parent.span_id == present.context.span_id
+    assert send.attributes is not None and send.attributes["askq.group"] == "desk"
     answer = found["askq.answer"]
     assert answer.parent is not None and answer.parent.span_id == send.context.span_id
     assert ask.attributes is not None and ask.attributes["askq.outcome"] == "ANSWERED"

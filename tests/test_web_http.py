@@ -130,8 +130,8 @@ async def test_token_sign_in_and_out(web: WebAnswerer) -> None:
 async def test_a_tampered_session_cookie_signs_nobody_in(web: WebAnswerer) -> None:
     async with client_for(web) as client:
         await sign_in(client, "alice")
-        value = client.cookies["askq_session"]
-        client.cookies.set("askq_session", value[:-2] + ("AA" if value[-2:] != "AA" else "BB"))
+        value = client.cookies["askq_session_web"]  # the group's session cookie
+        client.cookies.set("askq_session_web", value[:-2] + ("AA" if value[-2:] != "AA" else "BB"))
         assert (await client.get("/")).status_code == 303
 
 

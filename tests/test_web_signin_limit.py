@@ -37,7 +37,7 @@ async def test_an_address_over_the_limit_gets_429_at_every_replica(
                 assert refused.status_code == 429
                 assert "Too many sign-in attempts" in refused.text
                 assert 0 < int(refused.headers["retry-after"]) <= 120
-                assert "askq_session" not in refused.cookies
+                assert "askq_session_web" not in refused.cookies
             assert (await a.get("/")).status_code == 303  # still signed out
         async with client_for(two, "10.0.0.6") as other:  # another address is not limited
             assert (await attempt(other, TOKENS["alice"])).status_code == 303

@@ -15,7 +15,7 @@ extra), each counted where that process sees it:
                                                                  a tier falls through once all
                                                                  of its groups have
                        askq_reminders_total{group}               reminders its channel ran
-    worker (sends)     askq_sends_total{channel,result}          ok | retry | failed
+    worker (sends)     askq_sends_total{group,channel,result}    ok | retry | failed
     sweeper            askq_timers_fired_total{kind}             window|escalate|remind|timeout
                        askq_timer_lateness_seconds{kind}         due time -> fired
                        askq_recovered_total{what}                callers_gone | orphans_released
@@ -70,7 +70,7 @@ class Recorder:
 
     def reminded(self, group: str) -> None: ...
 
-    def sent(self, channel: str, result: str) -> None: ...
+    def sent(self, group: str, channel: str, result: str) -> None: ...
 
     def fired(self, kind: str, lateness: float) -> None: ...
 
@@ -129,7 +129,9 @@ class PrometheusRecorder(Recorder):
             "askq_passed_on", "A group passed a request on.", ["group", "tier", "how"]
         )
         self._reminders = counter("askq_reminders", "Reminders a channel ran.", ["group"])
-        self._sends = counter("askq_sends", "Channel sends by result.", ["channel", "result"])
+        self._sends = counter(
+            "askq_sends", "A group's channel sends by result.", ["group", "channel", "result"]
+        )
         self._fired = counter("askq_timers_fired", "Timers the sweeper fired.", ["kind"])
         self._lateness = histogram(
             "askq_timer_lateness_seconds", "Due time to fired.", ["kind"], FAST_BUCKETS
@@ -162,8 +164,8 @@ class PrometheusRecorder(Recorder):
     def reminded(self, group: str) -> None:
         self._child(self._reminders, group).inc()
 
-    def sent(self, channel: str, result: str) -> None:
-        self._child(self._sends, channel, result).inc()
+    def sent(self, group: str, channel: str, result: str) -> None:
+        self._child(self._sends, group, channel, result).inc()
 
     def fired(self, kind: str, lateness: float) -> None:
         self._child(self._fired, kind).inc()

@@ -235,6 +235,12 @@ class Registry:
             found = await self.redis.hgetall(self.keys.groups)  # type: ignore[misc]
         return {name: int(priority) for name, priority in found.items()}
 
+    async def kinds(self) -> dict[str, str]:
+        """Every registered group's channel kind, by group name."""
+        with redis_errors(self.settings):
+            infos = await self.redis.hgetall(self.keys.group_info)  # type: ignore[misc]
+        return {name: json.loads(info).get("kind", "") for name, info in infos.items()}
+
     async def live_replicas(self, group: str) -> list[str]:
         with redis_errors(self.settings):
             now = await server_ms(self.redis)

@@ -228,7 +228,10 @@ class AnswererRuntime:
             group,
             answering=_CountedAnswering(seam.answering, self),
             requests=seam.requests,
-            store=ChannelStore(seam.single_node, seam.keys.base, answerer.kind, settings),
+            # The group's own records: never another group's, of the same kind or not.
+            store=ChannelStore(
+                seam.single_node, seam.keys.base, f"{answerer.kind}:{group}", settings
+            ),
             priority=self.priority,
             take=self.shown.take,
             restore=self.shown.show,
@@ -303,6 +306,7 @@ class AnswererRuntime:
             ]
         loops: list[asyncio.Task[Any]] = []
         try:
+            await self._read_records_of_old_versions()  # before any offer is shown
             await self._register()
             self.ready.set()
             loops = [
@@ -390,6 +394,25 @@ class AnswererRuntime:
                 log.exception("maintenance of %s failed", self.group)
 
     # --- offers ----------------------------------------------------------------------
+
+    async def _read_records_of_old_versions(self) -> None:
+        """Versions before per-group stores kept a channel's records per kind
+        (`{p}:<kind>:`). A group that is the only one of its kind may read them as its
+        own (what it sent or posted before the upgrade is not sent again); with other
+        groups of its kind they are nobody's in particular, and reading them would
+        mistake another group's record for this one's, so they are left to expire."""
+        kind = self.answerer.kind
+        kinds = await self.sides[0].shard.registry.kinds()
+        others = sorted(name for name, k in kinds.items() if k == kind and name != self.group)
+        if others:
+            log.info(
+                "%s: not reading %s records of older versions (kept per kind, shared with %s)",
+                self.group,
+                kind,
+                ", ".join(others),
+            )
+            return
+        self._handle.store.read_also(kind)
 
     async def _read_offers(self, side: _Side, conn: Redis) -> None:
         # First what this consumer held before a restart (its own pending entries, from

@@ -66,7 +66,7 @@ async def run_send(
         return None
     try:
         await method(**kwargs)
-        _metrics.recorder.sent(answerer.kind, "ok")
+        _metrics.recorder.sent(answerer.group.name, answerer.kind, "ok")
         return None
     except RetryLater as exc:
         delay: float = exc.seconds
@@ -74,7 +74,7 @@ async def run_send(
     except Exception as exc:  # noqa: BLE001 - a failed send is retried, never fatal
         delay, error = backoff(attempt), exc
     if attempt >= answerer.send_tries:
-        _metrics.recorder.sent(answerer.kind, "failed")
+        _metrics.recorder.sent(answerer.group.name, answerer.kind, "failed")
         log.warning("%s send %s gave up after %d tries: %s", answerer.kind, job, attempt, error)
         if gave_up is not None:
             try:
@@ -86,7 +86,7 @@ async def run_send(
         except Exception:  # noqa: BLE001
             log.exception("%s send_failed(%s) failed", answerer.kind, job)
         return None
-    _metrics.recorder.sent(answerer.kind, "retry")
+    _metrics.recorder.sent(answerer.group.name, answerer.kind, "retry")
     log.info(
         "%s send %s failed (try %d), again in %.1f s: %s", answerer.kind, job, attempt, delay, error
     )
@@ -112,7 +112,13 @@ async def _askq_send(
             ctx["askq_failures"], fields, maxlen=FAILURES_KEPT, approximate=True
         )
 
-    with _tracing.joined(f"askq.send {job}", trace, channel=answerer.kind, attempt=ctx["job_try"]):
+    with _tracing.joined(
+        f"askq.send {job}",
+        trace,
+        group=answerer.group.name,
+        channel=answerer.kind,
+        attempt=ctx["job_try"],
+    ):
         delay = await run_send(answerer, job, kwargs, ctx["job_try"], gave_up)
     if delay is not None:
         raise Retry(defer=delay)

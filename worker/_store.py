@@ -2,8 +2,11 @@
 group must see: a click may land at any replica, a send may run at any replica, and a
 replica may die at any point.
 
-Keys live under `{prefix}:<channel kind>:` (the deployment's hash tag), and each one
-expires `ASKQ_SETTLED_TTL` after its last write, like the requests they belong to. Two
+Keys live under `{prefix}:<channel kind>:<group>:` (the deployment's hash tag): every key
+a channel keeps is its group's, never its kind's, so two groups of one kind (an email
+group and its escalation tier, with their own recipients) never read each other's
+records, leases or guards. Each key expires `ASKQ_SETTLED_TTL` after its last write,
+like the requests they belong to. Two
 guards come with it: `once` (the first caller within a time wins: show an outcome once,
 remind at most once a minute) and a lease (one caller at a time does a thing, e.g.
 posts a message; a caller that died lets the lease run out). A counter (`count`) tells
@@ -32,23 +35,50 @@ class ChannelStore:
     def __init__(self, redis: Redis, base: str, namespace: str, settings: Settings) -> None:
         self._redis = redis
         self._prefix = f"{base}:{namespace}:"
+        self._base = base
+        self._legacy: str | None = None  # see read_also
         self._settings = settings
         self.ttl = settings.settled_ttl  # seconds a key lasts after its last write
 
     def key(self, name: str) -> str:
         return self._prefix + name
 
+    def read_also(self, namespace: str | None) -> None:
+        """Read records (hashes) written under `{base}:<namespace>:` too, as if they
+        were this store's: those an older version kept per channel kind, for a group
+        that is the only one of its kind (the runtime decides). A field found here wins;
+        deletes reach both; writes, guards, leases, counters and feeds are this store's
+        alone. None: stop."""
+        self._legacy = None if namespace is None else f"{self._base}:{namespace}:"
+
+    def _old(self, name: str) -> str | None:
+        return None if self._legacy is None else self._legacy + name
+
     # --- records (hashes) ----------------------------------------------------------------
 
     async def fields(self, name: str, *fields: str) -> list[str | None]:
+        old = self._old(name)
         with redis_errors(self._settings):
-            found: list[str | None] = await self._redis.hmget(self.key(name), list(fields))  # type: ignore[misc]
-        return found
+            if old is None:
+                found: list[str | None] = await self._redis.hmget(self.key(name), list(fields))  # type: ignore[misc]
+                return found
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hmget(self.key(name), list(fields))
+                pipe.hmget(old, list(fields))
+                new, legacy = await pipe.execute()
+        return [n if n is not None else o for n, o in zip(new, legacy, strict=True)]
 
     async def all_fields(self, name: str) -> dict[str, str]:
+        old = self._old(name)
         with redis_errors(self._settings):
-            found: dict[str, str] = await self._redis.hgetall(self.key(name))  # type: ignore[misc]
-        return found
+            if old is None:
+                found: dict[str, str] = await self._redis.hgetall(self.key(name))  # type: ignore[misc]
+                return found
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hgetall(self.key(name))
+                pipe.hgetall(old)
+                new, legacy = await pipe.execute()
+        return {**legacy, **new}
 
     async def set_fields(
         self,
@@ -100,12 +130,18 @@ class ChannelStore:
     async def delete_fields(self, name: str, *fields: str) -> None:
         """Remove fields of record `name` (the record goes when its last field does)."""
         if fields:
+            old = self._old(name)
             with redis_errors(self._settings):
-                await self._redis.hdel(self.key(name), *fields)  # type: ignore[misc]
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.hdel(self.key(name), *fields)
+                    if old is not None:
+                        pipe.hdel(old, *fields)
+                    await pipe.execute()
 
     async def delete(self, name: str) -> None:
+        old = self._old(name)
         with redis_errors(self._settings):
-            await self._redis.delete(self.key(name))
+            await self._redis.delete(self.key(name), *([old] if old is not None else []))
 
     # --- guards --------------------------------------------------------------------------
 

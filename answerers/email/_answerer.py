@@ -12,6 +12,7 @@ ran out of tries.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 from askq import (
@@ -88,7 +89,9 @@ class EmailAnswerer(Answerer[EmailOptions]):
 
     async def start(self, group: GroupHandle) -> None:
         await super().start(group)
-        self.config = EmailConfig.from_settings(self._settings or EmailSettings.from_env())
+        config = EmailConfig.from_settings(self._settings or EmailSettings.from_env())
+        # Its reply addresses are this group's: another group's do not verify here.
+        self.config = replace(config, addresses=config.addresses.for_group(group.name))
         self.store = EmailStore(group.store)
         self.mailer = Mailer(self.config)
         if self.config.link_base_url:

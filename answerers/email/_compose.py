@@ -66,10 +66,11 @@ def subject(questions: Sequence[Question]) -> str:
     return SUBJECT_PREFIX + header_text(text, SUBJECT_MAX - len(SUBJECT_PREFIX))
 
 
-def message_id(request_id: str, recipient: str, domain: str) -> str:
-    """The question email's Message-ID: one per request and recipient, the same on
-    every try, so a resent copy is the same message to the receiving side."""
-    tag = hashlib.sha256(recipient.encode()).hexdigest()[:12]
+def message_id(request_id: str, recipient: str, domain: str, group: str) -> str:
+    """The question email's Message-ID: one per request, recipient and group, the same
+    on every try, so a resent copy is the same message to the receiving side (and the
+    next group's mail about the same request, to the same person, is another one)."""
+    tag = hashlib.sha256(f"{group}\n{recipient}".encode()).hexdigest()[:12]
     return f"<askq.{request_id}.{tag}@{domain}>"
 
 

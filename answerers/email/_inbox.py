@@ -9,7 +9,8 @@ In this order, and nothing is recorded unless every check passes:
    released so the waterfall moves on;
 3. an automatic reply (out-of-office and the like) is ignored: no answer, no feedback;
 4. a reply must come from the sender its address was minted for (the MAC binds
-   request and recipient) and be allowed by the request's route;
+   request, recipient and group: another group's address does not verify here) and
+   be allowed by the request's route;
 5. its text (quoted history, signature stripped) is read into answers and submitted
    through the group; the person gets feedback in the thread: "Recorded: …",
    "Already answered in Slack by … at …", or "I could not read your answer: …".
@@ -77,6 +78,7 @@ def answered_by_recipient(by: str | None) -> str | None:
 class Verdict(StrEnum):
     RECORDED = "recorded"  # the answer was accepted
     ALREADY = "already settled"  # a valid reply, too late: told who answered
+    PASSED_ON = "passed on"  # a valid reply, after the question moved on from this group
     UNREADABLE = "unreadable"  # a valid reply we could not read: told why
     IGNORED = "ignored"  # an automatic reply, a delay notice, a repeat
     BOUNCED = "bounce recorded"
@@ -182,7 +184,9 @@ class Inbox:
                 raise
             await self._tell(inbound, address, [await self._too_late(request.id, exc)])
             log.info("email answer to %s by %s refused: %s", request.id, sender, exc.message)
-            return Received(Verdict.ALREADY, exc.message)
+            # Not claimed: pending still, with another group (escalated, given back).
+            moved = exc.code is ErrorCode.NOT_CLAIMED
+            return Received(Verdict.PASSED_ON if moved else Verdict.ALREADY, exc.message)
         await self.store.record_outcome(request.id, "ANSWERED", by, overwrite=True)
         summary = answers_summary(request, answers)
         await self._tell(inbound, address, [f"Recorded: {summary}", "", "Thank you."])
@@ -200,7 +204,10 @@ class Inbox:
             detail = visible(exc.message.removeprefix("already settled: "))
             return f"This question was {detail}: your reply was not recorded."
         if exc.code is ErrorCode.NOT_CLAIMED:
-            return "This question is being answered elsewhere now: your reply was not recorded."
+            return (
+                "This question was passed on to other people before your reply came:"
+                " your reply was not recorded. If it reached you again, reply to that message."
+            )
         return f"Your reply was not recorded: {visible(exc.message)}."
 
     async def _unreadable(self, inbound: Inbound, address: ReturnAddress, reason: str) -> Received:

@@ -61,7 +61,7 @@ class Outbox:
         return lambda question_id, option: minted.get((question_id, option))
 
     def _question_id(self, request_id: str, recipient: str) -> str:
-        return compose.message_id(request_id, recipient, self.config.domain)
+        return compose.message_id(request_id, recipient, self.config.domain, self.group.name)
 
     def _envelope(
         self,

@@ -1,14 +1,17 @@
 """What every replica of an email group must see, kept in Redis: a send may run at
 any replica, a reply may land at any replica's listener, a replica may die anywhere.
+Every key is the group's (`{p}:email:<group>:`, its `ChannelStore`): two email groups
+holding one request (an escalation, two groups in one tier) each mail, lease, remind
+and read replies on their own.
 
-| key                               | type   | what                                           |
-|-----------------------------------|--------|------------------------------------------------|
-| {p}:email:msg:<request>           | hash   | r:<recipient>: "sent" / "failed: why";         |
-|                                   |        | state, by, at: what became of the request      |
-| {p}:email:lease:<request>:<tag>   | string | one send to one recipient in flight            |
-| {p}:email:remind:<request>:<tag>  | string | a reminder went to this recipient lately       |
-| {p}:email:note:<digest>           | string | this note (feedback) was sent                  |
-| {p}:email:in:<digest>             | string | this reply (by Message-ID) was read            |
+| key (under {p}:email:<group>:) | type   | what                                           |
+|--------------------------------|--------|------------------------------------------------|
+| msg:<request>                  | hash   | r:<recipient>: "sent" / "failed: why";         |
+|                                |        | state, by, at: what became of the request      |
+| lease:<request>:<tag>          | string | one send to one recipient in flight            |
+| remind:<request>:<tag>         | string | a reminder went to this recipient lately       |
+| note:<digest>                  | string | this note (feedback) was sent                  |
+| in:<digest>                    | string | this reply (by Message-ID) was read            |
 
 Every key expires `settled_ttl` after its last write, like the request it belongs to.
 """

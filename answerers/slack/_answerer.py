@@ -180,7 +180,11 @@ class SlackAnswerer(Answerer[SlackOptions]):
                     channel=route.channel,
                     text=blocks.fallback_text(request.questions),
                     blocks=blocks.question_message(
-                        request.id, request.questions, request.caller, open_url
+                        request.id,
+                        request.questions,
+                        request.caller,
+                        open_url,
+                        group=self.group.name,
                     ),
                     unfurl_links=False,
                     unfurl_media=False,

@@ -95,10 +95,10 @@ def _other_button(question: Question) -> Block:
 
 
 def _controls(
-    request_id: str, index: int, question: Question, at_once: bool
+    request_id: str, group: str, index: int, question: Question, at_once: bool
 ) -> list[Block | LongText]:
     """The blocks that let a human answer one question."""
-    block_id = ids.question_block(request_id, index)
+    block_id = ids.question_block(request_id, index, group)
     if not question.options:
         return [{"type": "actions", "block_id": block_id, "elements": [_other_button(question)]}]
     blocks: list[Block | LongText] = []
@@ -185,22 +185,28 @@ def _open_in_browser(request_id: str, url: str) -> Block:
 
 
 def question_message(
-    request_id: str, questions: list[Question], caller: Caller, open_url: str | None = None
+    request_id: str,
+    questions: list[Question],
+    caller: Caller,
+    open_url: str | None = None,
+    *,
+    group: str,
 ) -> list[Block]:
-    """The message that asks: every question, and one Submit unless a click answers;
-    with `open_url`, an "Open in browser" button to the web inbox."""
+    """The message that asks, for `group` (its clicks name it): every question, and one
+    Submit unless a click answers; with `open_url`, an "Open in browser" button to the
+    web inbox."""
     at_once = answers_at_once(questions)
     blocks: list[Block | LongText] = []
     for index, question in enumerate(questions):
         if index:
             blocks.append({"type": "divider"})
         blocks += _intro(question, index, len(questions))
-        blocks += _controls(request_id, index, question, at_once)
+        blocks += _controls(request_id, group, index, question, at_once)
     if not at_once and not (len(questions) == 1 and not questions[0].options):
         blocks.append(
             {
                 "type": "actions",
-                "block_id": ids.submit_block(request_id),
+                "block_id": ids.submit_block(request_id, group),
                 "elements": [
                     {
                         "type": "button",

@@ -73,8 +73,16 @@ def _refusal_text(exc: AskError, settlement: Settlement | None) -> str:
         detail = mrkdwn(exc.message, ERROR_SHOWN_MAX)
         return f"Already answered — this question is {detail}. Nothing was recorded."
     if exc.code is ErrorCode.NOT_CLAIMED:
-        return "Already answered elsewhere (or passed on): nothing was recorded."
+        # Still waiting, with another group (an escalation, a claim given back).
+        return "This question was passed on to other people: nothing was recorded here."
     return "This question has expired: nothing was recorded."
+
+
+WRONG_WORKER = (
+    "Your click reached another askq worker than the one that posted this question,"
+    " so nothing was recorded. Please tell whoever runs askq: each askq Slack group"
+    " needs a Slack app of its own."
+)
 
 
 def _missing_text(headers: list[str]) -> str:
@@ -133,8 +141,26 @@ class ClickHandler:
             return None
         return request
 
+    async def _not_ours(self, group: str | None, user: SlackUser, channel: str | None) -> bool:
+        """A click on another group's message (one Slack app serving two groups, which
+        Slack lets reach any of the app's connections): refused, with nothing recorded.
+        A message posted before clicks named the group is taken as this group's."""
+        if group is None or group == self.group.name:
+            return False
+        log.warning(
+            "a Slack click on group %s's message reached group %s and was refused: Slack"
+            " sends an app's clicks to any of its connections, so each askq Slack group"
+            " needs a Slack app of its own",
+            visible(group),
+            self.group.name,
+        )
+        await self.ephemeral(channel, user, WRONG_WORKER)
+        return True
+
     async def _on_action(self, clicked: BlockActions, action: Action) -> None:
         user, channel = clicked.user, clicked.channel
+        if await self._not_ours(action.group, user, channel):
+            return
         request = await self._request(action.request_id, user, channel)
         if request is None:
             return
@@ -173,9 +199,16 @@ class ClickHandler:
             return
         picks = await self.store.picks(request.id, clicked.user.id)
         submits = blocks.modal_answers(request.questions)
+        metadata = {
+            "r": request.id,
+            "q": index,
+            "c": clicked.channel,
+            "ts": clicked.message_ts,
+            "g": self.group.name,
+        }
         view = blocks.custom_modal(
             request.questions[index],
-            {"r": request.id, "q": index, "c": clicked.channel, "ts": clicked.message_ts},
+            metadata,
             submits_answer=submits,
             initial=picks.custom.get(index),
         )
@@ -183,6 +216,8 @@ class ClickHandler:
 
     async def _on_custom(self, submitted: CustomSubmitted) -> None:
         user, channel = submitted.user, submitted.channel
+        if await self._not_ours(submitted.group, user, channel):
+            return
         request = await self._request(submitted.request_id, user, channel)
         if request is None or submitted.question >= len(request.questions):
             return

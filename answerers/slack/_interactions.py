@@ -39,6 +39,7 @@ class Action:
     question: int | None  # None for submit
     options: tuple[int, ...] = ()  # pick: the option; check / radio: the selection now
     at: float = 0.0  # Slack's action_ts: selection changes may arrive out of order
+    group: str | None = None  # the group whose message it is (None: posted before named)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class CustomSubmitted:
     text: str
     channel: str | None
     message_ts: str | None
+    group: str | None = None  # the group whose message it is (None: opened before named)
 
 
 Interaction = BlockActions | CustomSubmitted
@@ -123,20 +125,21 @@ def _action(raw: Any, n: int) -> Action | None:
     action_id = str(action.get("action_id") or "")
     if split is None or not action_id.startswith("askq."):
         return None  # not one of ours
-    part, request_id = split
+    part, request_id, group = split
     if part == ids.SUBMIT:
         if action_id != ids.SUBMIT_ACTION:
             raise MalformedInteraction(f"{where}.action_id: {action_id!r} in a submit block")
-        return Action("submit", request_id, None)
+        return Action("submit", request_id, None, group=group)
     question = _index(part, f"{where}.block_id")
     if action_id.startswith(ids.PICK):
         option = _index(action_id[len(ids.PICK) :], f"{where}.action_id")
-        return Action("pick", request_id, question, (option,))
+        return Action("pick", request_id, question, (option,), group=group)
     if action_id in (ids.CHECK, ids.RADIO):
         kind: ActionKind = "check" if action_id == ids.CHECK else "radio"
-        return Action(kind, request_id, question, _selection(action, where), _when(action))
+        selection = _selection(action, where)
+        return Action(kind, request_id, question, selection, _when(action), group)
     if action_id == ids.OTHER:
-        return Action("other", request_id, question)
+        return Action("other", request_id, question, group=group)
     raise MalformedInteraction(f"{where}.action_id: unknown action {action_id!r}")
 
 
@@ -201,7 +204,7 @@ def _view_submission(payload: dict[str, Any]) -> CustomSubmitted | None:
         f"view.state.values.{ids.CUSTOM_BLOCK}.{ids.CUSTOM_ACTION}",
     )
     text = element.get("value")
-    channel, ts = meta.get("c"), meta.get("ts")
+    channel, ts, group = meta.get("c"), meta.get("ts"), meta.get("g")
     return CustomSubmitted(
         user=_user(payload),
         request_id=_str(meta.get("r"), "view.private_metadata.r"),
@@ -209,6 +212,7 @@ def _view_submission(payload: dict[str, Any]) -> CustomSubmitted | None:
         text=text if isinstance(text, str) else "",
         channel=channel if isinstance(channel, str) else None,
         message_ts=ts if isinstance(ts, str) else None,
+        group=group if isinstance(group, str) and group else None,
     )
 
 

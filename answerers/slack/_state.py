@@ -1,13 +1,16 @@
 """What every replica of a Slack group must see, kept in Redis: a click may land at any
-replica, a send may run at any replica, and a replica may die at any point.
+replica, a send may run at any replica, and a replica may die at any point. Every key
+is the group's (`{p}:slack:<group>:`, its `ChannelStore`): two Slack groups holding one
+request (an escalation, two groups in one tier) each post, update and collect answers
+on their own message.
 
-| key                                   | type   | what                                       |
-|---------------------------------------|--------|--------------------------------------------|
-| {p}:slack:msg:<request>               | hash   | channel, ts of the posted message; outcome |
-| {p}:slack:lease:<request>             | string | a short lease: one post in flight          |
-| {p}:slack:picks:<request>:<user>      | hash   | q<i>: chosen options (t<i>: when), c<i>: custom |
-| {p}:slack:remind:<request>            | string | a reminder was posted in the last minute   |
-| {p}:slack:shown:<request>:<digest>    | string | this outcome was shown (chat.update)       |
+| key (under {p}:slack:<group>:) | type   | what                                       |
+|--------------------------------|--------|--------------------------------------------|
+| msg:<request>                  | hash   | channel, ts of the posted message; outcome |
+| lease:<request>                | string | a short lease: one post in flight          |
+| picks:<request>:<user>         | hash   | q<i>: chosen options (t<i>: when), c<i>: custom |
+| remind:<request>               | string | a reminder was posted in the last minute   |
+| shown:<request>:<digest>       | string | this outcome was shown (chat.update)       |
 
 Every key expires `settled_ttl` after its last write, like the request it belongs to
 (a question left unanswered for longer than that loses its message record: a recovered
@@ -45,7 +48,7 @@ class Picks:
 
 
 class SlackStore:
-    """The Slack records, on the group's `ChannelStore` (`{p}:slack:`); its guards
+    """The Slack records, on the group's `ChannelStore` (`{p}:slack:<group>:`); its guards
     (`once`, the lease) are used on the store itself."""
 
     def __init__(self, store: ChannelStore) -> None:

@@ -30,9 +30,18 @@ log = logging.getLogger("askq.web")
 SESSION_COOKIE = "askq_session"
 
 
-def session_key(secret: str) -> str:
-    """The cookie-signing key, derived from the first secret for this use alone."""
-    return hmac.new(secret.encode(), b"askq web session v1", hashlib.sha256).hexdigest()
+def session_key(secret: str, group: str) -> str:
+    """The cookie-signing key of `group`, derived from the first secret for this use and
+    this group alone: a session signed in at one web group is nobody at another, even
+    with the same secret (its users, allowlists and questions are its own)."""
+    context = b"askq web session v2\n" + group.encode()
+    return hmac.new(secret.encode(), context, hashlib.sha256).hexdigest()
+
+
+def session_cookie(group: str) -> str:
+    """The session cookie's name: one per group, so two groups served on one host name
+    (a browser keeps cookies per host, whatever the port) do not sign each other out."""
+    return f"{SESSION_COOKIE}_{group}"
 
 
 def build_app(group: GroupHandle, config: WebConfig, inbox: Inbox) -> tuple[Starlette, InboxPages]:
@@ -75,8 +84,8 @@ def build_app(group: GroupHandle, config: WebConfig, inbox: Inbox) -> tuple[Star
         middleware=[
             Middleware(
                 SessionMiddleware,
-                secret_key=session_key(config.secrets[0]),
-                session_cookie=SESSION_COOKIE,
+                secret_key=session_key(config.secrets[0], group.name),
+                session_cookie=session_cookie(group.name),
                 max_age=config.session_seconds,
                 same_site="lax",
                 https_only=config.secure_cookies,

@@ -2,7 +2,7 @@
 offered a question records it, any replica serves the pages, and a feed tells every
 replica's live pages at once.
 
-| key (under {p}:web:)          | type   | what                                            |
+| key (under {p}:web:<group>:)  | type   | what                                            |
 |-------------------------------|--------|-------------------------------------------------|
 | inbox:<group>                 | hash   | request id -> the entry (JSON) while it waits   |
 | feed:<group>                  | stream | offer / gone / remind events, capped            |
@@ -11,7 +11,9 @@ replica's live pages at once.
 | linkclaims:<id>               | hash   | a stored link's claims (`SignedLinks.issue`)    |
 | linkused:<jti>                | hash   | who spent it, when (for "already answered")     |
 
-Every key expires `settled_ttl` after its last write; the replica that shows an entry
+The group's `ChannelStore` keeps them (as it keeps the sign-in counts, `count:signin:…`):
+another web group's inbox, links and counts are never read here. Every key expires
+`settled_ttl` after its last write; the replica that shows an entry
 writes it again every `REFRESH_SECONDS`, so a question pending for days stays listed.
 """
 

@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from ._answering import Answering
-from ._checks import duration_ms
+from ._checks import check_group, duration_ms
 from ._connections import redis_errors, server_ms
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
@@ -236,6 +236,7 @@ class Registry:
         return {name: int(priority) for name, priority in found.items()}
 
     async def live_replicas(self, group: str) -> list[str]:
+        check_group(group)
         with redis_errors(self.settings):
             now = await server_ms(self.redis)
             found: list[str] = await self.redis.zrangebyscore(
@@ -337,6 +338,7 @@ class Registry:
         """Give back what the group holds and forget it. Refused (CONFIG_ERROR) while a
         replica of it is live: that replica would register it again at once. Returns
         how many requests moved on."""
+        check_group(group)
         priority = (await self.priorities()).get(group)
         if priority is None:
             raise AskError(ErrorCode.NOT_FOUND, f"no group {group!r} is registered")
@@ -361,6 +363,7 @@ class Registry:
         why a live one is refused): what it held on its old tier is given back first
         (the waterfall moves on, as for `remove`), then the registry and its consumer
         group move in one step. Returns how many requests moved on."""
+        check_group(group)
         old = (await self.priorities()).get(group)
         if old is None:
             raise AskError(ErrorCode.NOT_FOUND, f"no group {group!r} is registered")

@@ -24,7 +24,6 @@ import contextlib
 import functools
 import logging
 import os
-import re
 import signal
 import socket
 import time
@@ -39,7 +38,7 @@ from . import _metrics, _tracing
 from ._answerer import FINAL_REFUSALS, Answerer, GroupHandle
 from ._answering import Answering
 from ._blocking import BlockingLoop, raise_if_cancelled
-from ._checks import duration_ms
+from ._checks import MAX_CONSUMER, check_group, check_text, duration_ms, parse_scope
 from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
 from ._heartbeat import keep_beating
@@ -60,7 +59,6 @@ from ._text import cut, visible
 
 log = logging.getLogger("askq.runtime")
 
-GROUP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 READ_COUNT = 64
 MAX_IN_FLIGHT = 256
 FLEET_LISTED = 100  # pending requests a dashboard (GroupHandle.fleet) lists by age
@@ -172,11 +170,9 @@ class AnswererRuntime:
         setting); `escalate_after`: seconds a claim may go unanswered before the request
         moves on to the next tier; `remind_after`: seconds until the channel is asked
         to remind its humans (`Answerer.remind`). None: no escalation, no reminder."""
-        if not GROUP_NAME.fullmatch(group):
-            raise AskError(
-                ErrorCode.CONFIG_ERROR,
-                f"group name {group!r}: use 1-64 letters, digits, '_', '.' or '-'",
-            )
+        group = check_group(group, "group", ErrorCode.CONFIG_ERROR)
+        if consumer is not None:
+            check_text(consumer, "consumer", MAX_CONSUMER, code=ErrorCode.CONFIG_ERROR)
         settings = seam.settings
         self.seam = seam
         self.answerer = answerer
@@ -184,7 +180,7 @@ class AnswererRuntime:
         self.priority = int(priority)
         if not -(2**31) <= self.priority < 2**31:
             raise AskError(ErrorCode.CONFIG_ERROR, f"priority {self.priority}: out of range")
-        self.scope = dict(scope or {})
+        self.scope = parse_scope(scope, "scope", ErrorCode.CONFIG_ERROR)
         window = settings.decision_window if decision_window is None else decision_window
         self.timing = {
             "decision_window_ms": _ms(window, "decision_window"),

@@ -319,10 +319,10 @@ class Asking:
         ttl_ms = duration_ms(self.settings.agent_ttl, "agent_ttl")
 
         async def beat() -> None:
-            await self.redis.set(key, owner or "", px=ttl_ms)
+            await renew(self.redis, key, owner or "", ttl_ms)
 
         with redis_errors(self.settings):
-            await beat()
+            await self.redis.set(key, owner or "", px=ttl_ms)
         self.agents[agent_id] = owner
         period = self.settings.agent_ttl / 3
         task = asyncio.create_task(_beat_later(f"agent {agent_id}", beat, period))
@@ -342,7 +342,7 @@ class Asking:
         key, ttl = self.keys.alive(self.process_id), self.settings.caller_ttl
 
         async def beat() -> None:
-            await self.redis.set(key, "1", px=duration_ms(ttl, "caller_ttl"))
+            await renew(self.redis, key, "1", duration_ms(ttl, "caller_ttl"))
 
         async def run() -> None:
             period = ttl / 3
@@ -384,6 +384,14 @@ class Asking:
             with contextlib.suppress(Exception):
                 await self.forget_caller()  # a clean exit leaves no trace
         await self.waiter.aclose()
+
+
+async def renew(redis: Redis, key: str, value: str, ttl_ms: int) -> None:
+    """A heartbeat key live for `ttl_ms` more: its expiry renewed (PEXPIRE adds no data,
+    so a full Redis takes it, and a process is not taken for gone because Redis was
+    full: `_full.py`), or written anew once it lapsed."""
+    if not await redis.pexpire(key, ttl_ms):
+        await redis.set(key, value, px=ttl_ms)
 
 
 async def _beat_later(

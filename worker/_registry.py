@@ -25,6 +25,7 @@ from ._answering import Answering
 from ._checks import check_group, duration_ms
 from ._connections import redis_errors, server_ms
 from ._errors import AskError, ErrorCode
+from ._full import episode
 from ._keys import Keys
 from ._models import GroupStatus
 from ._replies import Reply
@@ -149,6 +150,10 @@ class Registry:
         )
         if reply.kind is Reply.CONFLICT:
             raise _conflict(spec, reply.value(0), reply.value(1))
+        if reply.value(1, "0") == "1":  # let through although Redis is full (register.lua)
+            episode.refused("heartbeat", f"heartbeat of group {spec.name}")
+        elif mode == "beat":
+            episode.wrote()
         if mode == "start" or reply.value(0) == "1":
             await self.scripts.tier_streams(refresh=True)
         return reply.value(0) == "1"

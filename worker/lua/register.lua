@@ -51,6 +51,7 @@ if mode == 'beat' then
     end
     full = '1'
     redis.call('HDEL', K.beats, consumer)
+    redis.call('ZADD', CONSUMERS, live_until, consumer)
   end
 end
 
@@ -73,7 +74,7 @@ else
   restored = '1'
 end
 
-redis.call('ZADD', CONSUMERS, live_until, consumer)
+if mode ~= 'beat' then redis.call('ZADD', CONSUMERS, live_until, consumer) end
 redis.call('ZADD', LIVE, 'GT', live_until, group)
 -- When each replica last beat (`askq status` shows its age). At a start, forget the
 -- beats of replicas the group no longer lists (taken over and dropped).

@@ -83,7 +83,7 @@ def fill(server: RedisServer) -> int:
                 break
             n += 1
         used = int(client.info("memory")["used_memory"])
-        client.config_set("maxmemory", used - 256 * 1024)
+        client.config_set("maxmemory", used - 2 * 1024 * 1024)  # (buffers come and go)
         return n
     finally:
         client.close()

@@ -329,7 +329,7 @@ async def started(
     proc = Proc(name, [*ASKQ, *args, "--metrics-port", "0"], environ(server), logs)
     try:
         text = await proc.wait_for("ready")
-        found = re.search(r"metrics on :(\d+)", text)
+        found = re.search(r"metrics on \S*?:(\d+)", text)  # (":9464" or a URL)
         assert found, text
         yield proc, int(found.group(1))
     finally:

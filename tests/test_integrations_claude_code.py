@@ -238,7 +238,7 @@ async def test_hook_ignores_other_tools_and_refuses_bad_input(backend: Backend) 
     assert await hook(backend, hook_input(answered)) == {}
     too_long = await hook(backend, hook_input({"questions": QUESTIONS}), "--agent", "a" * 201)
     assert too_long == deny(
-        "askq: INVALID_REQUEST: agent_id: String should have at most 200 characters"
+        "askq: INVALID_REQUEST: agent_id: 1-200 characters, not 201"
     )
     code, out, err = await finish(await start_hook(backend, b"{not json"))
     assert (code, out) == (2, "")

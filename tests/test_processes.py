@@ -308,7 +308,7 @@ def test_worker_configuration_errors(backend: Backend) -> None:
     assert bad.returncode == 12
     assert bad.stderr.startswith("CONFIG_ERROR: auto: --policy: ")
     group = askq(backend, "worker", "auto", "--group", "no spaces")
-    assert group.returncode == 12 and "group name 'no spaces'" in group.stderr
+    assert group.returncode == 12 and 'group: "no spaces" is not a group name' in group.stderr
 
 
 def test_unreachable_redis_is_one_line_naming_the_url() -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict
 
+from ._checks import check_by, check_request_id
 from ._errors import AskError, ErrorCode
 from ._models import Answers, AskRequest, Offer, Retraction, Settlement
 from ._types import Sender
@@ -127,6 +128,8 @@ class GroupHandle:
 
         Refused for good (ALREADY_SETTLED, NOT_CLAIMED, NOT_FOUND), the request is no
         longer this replica's; any other failure leaves it shown, to answer again."""
+        check_request_id(request_id)
+        check_by(by)
         # Stop showing it before the answer lands, so this replica's own answer does not
         # come back to it as "answered elsewhere".
         shown = self._take(request_id)
@@ -142,6 +145,7 @@ class GroupHandle:
 
     async def release(self, request_id: str) -> bool:
         """Give the claim back (the question could not be shown, or the human passed)."""
+        check_request_id(request_id)
         self._take(request_id)
         return await self._answering.release(request_id, self.name)
 

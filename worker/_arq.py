@@ -28,6 +28,7 @@ from redis.exceptions import ResponseError
 
 from ._blocking import raise_if_cancelled
 from ._connections import CONNECTION_ERRORS, pinned_client
+from ._full import episode, is_full
 from ._keys import Keys
 from ._sentinel import failover_reply
 from ._settings import Settings
@@ -166,9 +167,9 @@ async def _run(worker: Worker) -> None:
 
 
 async def run_supervised(name: str, make_worker: Callable[[], Worker]) -> None:
-    """Run an arq worker until cancelled, through Redis restarts: arq's poll loop ends
-    on a lost connection, so a new worker is started (with backoff) in its place. Jobs
-    are in Redis, so one cut short runs again."""
+    """Run an arq worker until cancelled, through Redis restarts and a full Redis: arq's
+    poll loop ends on a lost connection or a refused write, so a new worker is started
+    (with backoff) in its place. Jobs are in Redis, so one cut short runs again."""
     backoff = 0.1
     while True:
         raise_if_cancelled()
@@ -178,10 +179,13 @@ async def run_supervised(name: str, make_worker: Callable[[], Worker]) -> None:
             return
         except CONNECTION_ERRORS as exc:
             log.warning("%s lost Redis (%s); restarting in %.1f s", name, exc, backoff)
-        except ResponseError as exc:  # Sentinel: a master failing over (_sentinel.py)
-            if not failover_reply(exc):
+        except ResponseError as exc:
+            if is_full(exc):  # arq's own writes refused (PSETEX ...): said once an episode
+                episode.refused("queue", f"the queue of {name} (arq)")
+            elif failover_reply(exc):  # Sentinel: a master failing over (_sentinel.py)
+                log.warning("%s: Redis fails over (%s); restarting in %.1f s", name, exc, backoff)
+            else:
                 raise
-            log.warning("%s: Redis fails over (%s); restarting in %.1f s", name, exc, backoff)
         finally:
             with contextlib.suppress(Exception):
                 await close_worker(worker)

@@ -19,7 +19,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from ._checks import check_text, duration_ms, parse_scope
+from ._checks import MAX_IDEMPOTENCY_KEY, check_text, duration_ms, parse_scope
 from ._connections import CONNECTION_ERRORS, redis_errors
 from ._errors import AskError, ErrorCode
 from ._heartbeat import keep_beating
@@ -77,7 +77,9 @@ def build_request(
     scope_dict = parse_scope(scope)
     digest = None
     if idempotency_key is not None:
-        digest = idempotency_digest(check_text(idempotency_key, "idempotency_key", 256))
+        digest = idempotency_digest(
+            check_text(idempotency_key, "idempotency_key", MAX_IDEMPOTENCY_KEY)
+        )
     # A new id for every request, idempotent or not: nothing keyed by a request id (a
     # replica's cache, a channel's record of its message) can then outlive the request
     # and be taken for another one asked later with the same key.
@@ -302,7 +304,6 @@ class Asking:
     async def abort_turn(self, turn_id: str, *, by: str = "abort") -> int:
         """Mark the turn aborted (durably, first), then cancel its pending requests.
         Returns how many this call cancelled."""
-        check_text(turn_id, "turn", 200)
         body = Settlement(
             state="CANCELLED", code=ErrorCode.ABORTED, message=ABORTED_MESSAGE, by=by
         ).model_dump_json(exclude_none=True)
@@ -314,17 +315,14 @@ class Asking:
     @contextlib.asynccontextmanager
     async def agent(self, agent_id: str, owner: str | None = None) -> AsyncIterator[None]:
         """Keep an agent registered as live (with its owner) while the block runs."""
-        check_text(agent_id, "agent", 200)
-        if owner is not None:
-            check_text(owner, "owner", 200)
         key = self.keys.agent(agent_id)
         ttl_ms = duration_ms(self.settings.agent_ttl, "agent_ttl")
 
         async def beat() -> None:
-            await self.redis.set(key, owner or "", px=ttl_ms)
+            await renew(self.redis, key, owner or "", ttl_ms)
 
         with redis_errors(self.settings):
-            await beat()
+            await self.redis.set(key, owner or "", px=ttl_ms)
         self.agents[agent_id] = owner
         period = self.settings.agent_ttl / 3
         task = asyncio.create_task(_beat_later(f"agent {agent_id}", beat, period))
@@ -344,7 +342,7 @@ class Asking:
         key, ttl = self.keys.alive(self.process_id), self.settings.caller_ttl
 
         async def beat() -> None:
-            await self.redis.set(key, "1", px=duration_ms(ttl, "caller_ttl"))
+            await renew(self.redis, key, "1", duration_ms(ttl, "caller_ttl"))
 
         async def run() -> None:
             period = ttl / 3
@@ -386,6 +384,14 @@ class Asking:
             with contextlib.suppress(Exception):
                 await self.forget_caller()  # a clean exit leaves no trace
         await self.waiter.aclose()
+
+
+async def renew(redis: Redis, key: str, value: str, ttl_ms: int) -> None:
+    """A heartbeat key live for `ttl_ms` more: its expiry renewed (PEXPIRE adds no data,
+    so a full Redis takes it, and a process is not taken for gone because Redis was
+    full: `_full.py`), or written anew once it lapsed."""
+    if not await redis.pexpire(key, ttl_ms):
+        await redis.set(key, value, px=ttl_ms)
 
 
 async def _beat_later(

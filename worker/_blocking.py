@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 
 from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
+from ._full import episode, is_full
 
 log = logging.getLogger("askq.blocking")
 
@@ -84,7 +85,9 @@ class BlockingLoop:
                 if self._closing:
                     return
                 raise_if_cancelled()
-                if isinstance(exc, CONNECTION_ERRORS) or (
+                if is_full(exc):  # the connection is fine; said once an episode (_full.py)
+                    episode.refused("blocking_loop", self.name)
+                elif isinstance(exc, CONNECTION_ERRORS) or (
                     isinstance(exc, AskError) and exc.code is ErrorCode.REDIS_UNAVAILABLE
                 ):
                     log.warning("%s lost its connection (%s); reconnecting", self.name, exc)

@@ -1,7 +1,9 @@
 """What every `askq` command shares: a failure is one `CODE: message` line and the
 code's exit status, never a traceback; log lines show agent text escaped; the global
 options (`--redis-url`, `--prefix`, `-v`, `--log-format`) work before the command
-and after it (`askq status --prefix x` as well as `askq --prefix x status`)."""
+and after it (`askq status --prefix x` as well as `askq --prefix x status`); a text
+argument that is not UTF-8 (Python decodes such bytes of argv to lone surrogates) is
+`INVALID_REQUEST` naming the argument, before the command runs."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from ._logging import LOG_FORMATS
 from ._logging import configure as configure_log
 from ._loop import run_on_loop
 from ._settings import Settings, settings_error
-from ._text import visible
+from ._text import utf8_problem, visible
 
 T = TypeVar("T")
 
@@ -65,6 +67,8 @@ def settings_for(given: dict[str, Any]) -> Settings:
 def _apply_global(ctx: click.Context, param: click.Parameter, value: Any) -> None:
     if value is None or value == 0 or param.name is None:
         return  # not given here (the other side of the command may have it)
+    if isinstance(value, str) and (why := utf8_problem(value)) is not None:
+        fail(AskError(ErrorCode.CONFIG_ERROR, f"{param.opts[0]}: {why}"))
     given = _given(ctx)
     given[param.name] = value
     if param.name in ("verbose", "log_format"):
@@ -109,9 +113,39 @@ def global_options() -> list[click.Option]:
     ]
 
 
+class CheckedContext(click.Context):
+    """A command's context that checks its text arguments and options before the
+    command runs: each string is valid UTF-8 text, else INVALID_REQUEST naming it
+    (`TURN: not UTF-8 text (byte 0xff at character 0)`; CONFIG_ERROR for a command
+    whose options are settings, with `text_error_code`: `askq worker KIND`). Paths
+    and files are left alone (a file name need not be UTF-8); what a value must be
+    beyond that, the API it is passed to checks (`_checks.py`)."""
+
+    def invoke(self, callback: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if self.command is not None and callback is self.command.callback:
+            _check_text_params(self)
+        return super().invoke(callback, *args, **kwargs)
+
+
+def _check_text_params(ctx: click.Context) -> None:
+    for param in ctx.command.params:
+        if not isinstance(param.type, (click.types.StringParamType, click.Choice)):
+            continue
+        value = ctx.params.get(param.name or "")
+        for text in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(text, str) and (why := utf8_problem(text)) is not None:
+                name = (
+                    param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
+                )
+                code = getattr(ctx.command, "text_error_code", ErrorCode.INVALID_REQUEST)
+                fail(AskError(code, f"{name}: {why}"))
+
+
 def add_global_options(command: click.Command) -> click.Command:
     """Give a command (and every command of a group) the global options, unless it
-    has options of those names of its own. Idempotent."""
+    has options of those names of its own, and a context that checks its text
+    arguments (`CheckedContext`). Idempotent."""
+    command.context_class = CheckedContext
     if getattr(command, "_askq_globals", False) or command.name in _OWN_GLOBALS:
         return command
     taken = {opt for p in command.params for opt in p.opts + p.secondary_opts}
@@ -129,6 +163,8 @@ class CliGroup(click.Group):
     """The command group: whatever escapes a command (a bug) is one `INTERNAL:` line
     and exit status 1, not a traceback; `ASKQ_DEBUG=1` shows the traceback. Every
     command it resolves takes the global options after its name too."""
+
+    context_class = CheckedContext
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)

@@ -27,6 +27,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import _cluster
 from ._errors import AskError, ErrorCode
+from ._full import episode, full, is_full
 from ._sentinel import is_sentinel_url, parse_sentinel_url, sentinel_client
 from ._settings import Settings
 
@@ -332,11 +333,17 @@ async def server_ms(redis: Redis) -> int:
 def redis_errors(settings: Settings) -> Iterator[None]:
     """The one translation of a lost or unreachable server into an AskError
     (REDIS_UNAVAILABLE, naming the URL without its password). The cause is kept: it
-    tells whether the command was sent (NotConnected) or may have run."""
+    tells whether the command was sent (NotConnected) or may have run. A write refused
+    because Redis is full is REDIS_UNAVAILABLE too, saying so (`_full.py`)."""
     try:
         yield
     except CONNECTION_ERRORS as exc:
         raise unavailable(settings, exc) from exc
+    except ResponseError as exc:
+        if not is_full(exc):
+            raise
+        episode.refused("command", say=False)  # (the AskError says it)
+        raise full(redacted(settings.redis_url), exc) from exc
 
 
 def unavailable(settings: Settings, exc: BaseException) -> AskError:

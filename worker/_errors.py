@@ -6,8 +6,9 @@
       INVALID_REQUEST, TIMED_OUT
       ALREADY_SETTLED, NOT_CLAIMED     an answer refused (Seam.answer, GroupHandle.answer)
       NOT_FOUND                        a request unknown or expired
-      REDIS_UNAVAILABLE                Redis out of reach (translated where Redis is called:
-                                       connections.redis_errors)
+      REDIS_UNAVAILABLE                Redis out of reach, or full: its maxmemory reached, it
+                                       refuses writes (translated where Redis is called:
+                                       connections.redis_errors; _full.py)
       CONFIG_ERROR                     bad settings, options, or a group's registration
       INTERNAL                         a bug, or a reply askq did not expect
 

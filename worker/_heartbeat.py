@@ -2,7 +2,8 @@
 
 Three things beat: a caller process while it waits (`{p}:alive:<process>`), an agent
 (`{p}:agent:<id>`), and an answerer replica (`{p}:consumers:<group>`, `{p}:live`).
-Each is live for `ttl` after its last beat and beats every `ttl / 3`. A beat that
+Each is live for `ttl` after its last beat and beats every `ttl / 3`; a full Redis does
+not stop a beat (`_full.py`). A beat that
 fails (Redis slow, paused, restarting) is tried again at once, not a period later:
 else one lost beat plus one slow one would let the TTL lapse while the process is
 healthy, and for that moment a live group would look dead. Each try is also bounded
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from ._blocking import raise_if_cancelled
 from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
+from ._full import episode, is_full
 
 log = logging.getLogger("askq.heartbeat")
 
@@ -48,7 +50,9 @@ async def keep_beating(
         try:
             await asyncio.wait_for(beat(), timeout=period)
         except Exception as exc:  # noqa: BLE001 - a heartbeat keeps beating
-            if isinstance(exc, TimeoutError) or _unreachable(exc):
+            if is_full(exc):  # said once an episode, not per retry
+                episode.refused("heartbeat", f"heartbeat of {name}")
+            elif isinstance(exc, TimeoutError) or _unreachable(exc):
                 log.warning("%s: heartbeat failed (%s); trying again", name, exc or "timed out")
             else:
                 log.exception("%s: heartbeat failed; trying again", name)

@@ -19,10 +19,19 @@ extra), each counted where that process sees it:
     sweeper            askq_timers_fired_total{kind}             window|escalate|remind|timeout
                        askq_timer_lateness_seconds{kind}         due time -> fired
                        askq_recovered_total{what}                callers_gone | orphans_released
+    either             askq_redis_full                           1 while this process sees Redis
+                                                                 refuse writes for lack of
+                                                                 memory (_full.py), else 0
+                       askq_redis_full_refusals_total{kind}      writes it saw refused for
+                                                                 memory (command, heartbeat,
+                                                                 blocking_loop, queue)
     read from Redis    askq_pending_requests{state,tier}         the oldest PENDING_SAMPLE pending
     at scrape time     askq_pending_requests_total               all pending (ZCARD)
                        askq_sweeper_lag_seconds                  how overdue the oldest timer is
                        askq_timers_scheduled                     timers waiting
+                       askq_redis_memory_used_bytes{shard}       INFO memory of the server holding
+                       askq_redis_maxmemory_bytes{shard}         each shard (0: no limit): full
+                                                                 when used reaches max
 
 Without the extra nothing here imports prometheus_client: the process records into
 `Recorder`, whose methods do nothing (a Python call each, no Redis round trip: see
@@ -75,6 +84,10 @@ class Recorder:
     def fired(self, kind: str, lateness: float) -> None: ...
 
     def recovered(self, what: str, count: int) -> None: ...
+
+    def redis_full(self, full: bool) -> None: ...
+
+    def full_refused(self, kind: str) -> None: ...
 
 
 recorder: Recorder = Recorder()
@@ -137,6 +150,18 @@ class PrometheusRecorder(Recorder):
             "askq_timer_lateness_seconds", "Due time to fired.", ["kind"], FAST_BUCKETS
         )
         self._recovered = counter("askq_recovered", "Sweeper recovery, by kind.", ["what"])
+        from prometheus_client import Gauge
+
+        self._full = Gauge(
+            "askq_redis_full",
+            "1 while this process sees Redis refuse writes for lack of memory (maxmemory).",
+            registry=registry,
+        )
+        self._full_refusals = counter(
+            "askq_redis_full_refusals",
+            "Writes this process saw Redis refuse for lack of memory, by kind.",
+            ["kind"],
+        )
 
     def _child(self, metric: Any, *labels: str) -> Any:
         """The labelled series, cached: prometheus_client's `labels()` costs ~3 µs a
@@ -174,6 +199,12 @@ class PrometheusRecorder(Recorder):
     def recovered(self, what: str, count: int) -> None:
         if count:
             self._child(self._recovered, what).inc(count)
+
+    def redis_full(self, full: bool) -> None:
+        self._full.set(1 if full else 0)
+
+    def full_refused(self, kind: str) -> None:
+        self._child(self._full_refusals, kind).inc()
 
 
 class RedisCollector:
@@ -246,8 +277,22 @@ class RedisCollector:
         total = timers = 0
         rows: list[Any] = []
         heads: list[float] = []
-        for k in self.shards:  # each shard's (one, by default)
+        used = GaugeMetricFamily(
+            "askq_redis_memory_used_bytes",
+            "Memory the Redis server holding the shard uses (INFO memory).",
+            labels=["shard"],
+        )
+        limit = GaugeMetricFamily(
+            "askq_redis_maxmemory_bytes",
+            "Its maxmemory (0: none). At the limit, with noeviction, it refuses writes.",
+            labels=["shard"],
+        )
+        for index, k in enumerate(self.shards):  # each shard's (one, by default)
             r = self._client(k)
+            memory = _memory(r)
+            if memory is not None:
+                used.add_metric([str(index)], memory[0])
+                limit.add_metric([str(index)], memory[1])
             with r.pipeline(transaction=False) as pipe:
                 pipe.zcard(k.pending)
                 pipe.zrange(k.pending, 0, PENDING_SAMPLE - 1)
@@ -276,6 +321,8 @@ class RedisCollector:
         lag = max(0.0, (now_ms - min(heads)) / 1000) if heads else 0.0
         return [
             pending,
+            used,
+            limit,
             GaugeMetricFamily("askq_pending_requests_total", "All pending requests.", total),
             GaugeMetricFamily("askq_timers_scheduled", "Timers waiting to fire.", timers),
             GaugeMetricFamily(
@@ -284,6 +331,15 @@ class RedisCollector:
                 lag,
             ),
         ]
+
+
+def _memory(redis: Any) -> tuple[int, int] | None:
+    """(used_memory, maxmemory) from INFO memory; None where INFO is not offered."""
+    try:
+        info = redis.info("memory")
+        return int(info["used_memory"]), int(info["maxmemory"])
+    except Exception:  # noqa: BLE001 - a server without INFO (or a partial one): no figure
+        return None
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,13 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from ._attribution import answered_by
+from ._checks import MAX_CALLER_ID, check_text
 from ._errors import AskError, ErrorCode
 from ._reasons import cancelled_because, why_cancelled
-from ._text import problems_message, quoted
+from ._text import error_message, problems_message, quoted
 
 # Documented limits (README, "Limits"). They keep a question readable on every channel
 # (a Slack section block holds 3,000 characters) and a request small in Redis.
@@ -120,11 +121,22 @@ class Answers(_Strict):
 
 
 class Caller(_Strict):
-    """Who is asking: the exact agent, its turn, and the agent that owns it (if any)."""
+    """Who is asking: the exact agent, its turn, and the agent that owns it (if any).
 
-    agent_id: str = Field(min_length=1, max_length=200)
-    turn_id: str = Field(min_length=1, max_length=200)
-    owner: str | None = Field(default=None, min_length=1, max_length=200)
+    Each id is 1-200 characters of valid Unicode text: anything else is refused as
+    the caller is made, with INVALID_REQUEST naming the field (an AskError, like every
+    refusal of askq's, not pydantic's ValidationError)."""
+
+    agent_id: str = Field(min_length=1, max_length=MAX_CALLER_ID)
+    turn_id: str = Field(min_length=1, max_length=MAX_CALLER_ID)
+    owner: str | None = Field(default=None, min_length=1, max_length=MAX_CALLER_ID)
+
+    @field_validator("agent_id", "turn_id", "owner", mode="before")
+    @classmethod
+    def _checked(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None and info.field_name == "owner":
+            return None
+        return check_text(value, str(info.field_name), MAX_CALLER_ID)
 
 
 class AskRequest(_Strict):
@@ -303,7 +315,7 @@ def _path(loc: tuple[int | str, ...]) -> str:
 
 def validation_problems(exc: ValidationError) -> list[str]:
     """pydantic's errors as `path: message`, one per problem."""
-    return [f"{_path(e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)]
+    return [f"{_path(e['loc'])}: {error_message(e)}" for e in exc.errors(include_url=False)]
 
 
 def _raise_invalid(problems: list[str]) -> None:

@@ -1,7 +1,8 @@
 """One ask's life: expecting its reply, publishing it, waiting, timing out.
 
 REDIS_UNAVAILABLE means the question was not published: only a connection that could
-not be made (NotConnected) proves that. When Redis stops answering after the ask was
+not be made (NotConnected), or Redis refusing the ask because it is full (a script is
+refused whole, `_full.py`), proves that. When Redis stops answering after the ask was
 sent (a timeout, a connection lost with the reply), the script may have run, so the
 ask is sent again, marked as a repeat, until Redis answers; a repeat of a request that
 exists attaches to it. An ask never fails while its question is answerable.
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 from ._checks import duration_ms
 from ._connections import CONNECTION_ERRORS, NotConnected
 from ._errors import AskError, ErrorCode
+from ._full import episode, is_full
 from ._messages import WITHDRAWN_MESSAGE
 from ._models import AskRequest, Settlement
 from ._replies import Reply, ScriptReply
@@ -136,15 +138,20 @@ class PendingAsk:
                     raise
                 if not self.maybe_sent and isinstance(exc.__cause__, NotConnected):
                     raise  # never sent: nothing was published
+                if not self.maybe_sent and is_full(exc):
+                    raise  # refused whole (Redis is full): nothing was published
                 self.maybe_sent = True
-                log.warning(
-                    "ask %s: no reply from Redis (%s); sending it again", self.request_id, exc
-                )
+                if not is_full(exc):  # (a full Redis is said once an episode: _full.py)
+                    log.warning(
+                        "ask %s: no reply from Redis (%s); sending it again", self.request_id, exc
+                    )
                 if await _aborted_within(signal, pause):
                     raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE) from None
                 pause = min(pause * 2, RESEND_MAX)
                 continue
             if reply.kind not in (Reply.OWNER, Reply.REDIRECT, Reply.GONE):
+                if reply.kind is Reply.OFFERED:
+                    episode.wrote()  # a new request: Redis takes writes
                 return reply
             hops += 1
             if hops > MAX_HOPS:

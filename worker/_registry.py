@@ -22,9 +22,10 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from ._answering import Answering
-from ._checks import duration_ms
+from ._checks import check_group, duration_ms
 from ._connections import redis_errors, server_ms
 from ._errors import AskError, ErrorCode
+from ._full import episode
 from ._keys import Keys
 from ._models import GroupStatus
 from ._replies import Reply
@@ -149,6 +150,10 @@ class Registry:
         )
         if reply.kind is Reply.CONFLICT:
             raise _conflict(spec, reply.value(0), reply.value(1))
+        if reply.value(1, "0") == "1":  # let through although Redis is full (register.lua)
+            episode.refused("heartbeat", f"heartbeat of group {spec.name}")
+        elif mode == "beat":
+            episode.wrote()
         if mode == "start" or reply.value(0) == "1":
             await self.scripts.tier_streams(refresh=True)
         return reply.value(0) == "1"
@@ -242,6 +247,7 @@ class Registry:
         return {name: json.loads(info).get("kind", "") for name, info in infos.items()}
 
     async def live_replicas(self, group: str) -> list[str]:
+        check_group(group)
         with redis_errors(self.settings):
             now = await server_ms(self.redis)
             found: list[str] = await self.redis.zrangebyscore(
@@ -343,6 +349,7 @@ class Registry:
         """Give back what the group holds and forget it. Refused (CONFIG_ERROR) while a
         replica of it is live: that replica would register it again at once. Returns
         how many requests moved on."""
+        check_group(group)
         priority = (await self.priorities()).get(group)
         if priority is None:
             raise AskError(ErrorCode.NOT_FOUND, f"no group {group!r} is registered")
@@ -367,6 +374,7 @@ class Registry:
         why a live one is refused): what it held on its old tier is given back first
         (the waterfall moves on, as for `remove`), then the registry and its consumer
         group move in one step. Returns how many requests moved on."""
+        check_group(group)
         old = (await self.priorities()).get(group)
         if old is None:
             raise AskError(ErrorCode.NOT_FOUND, f"no group {group!r} is registered")

@@ -24,7 +24,6 @@ import contextlib
 import functools
 import logging
 import os
-import re
 import signal
 import socket
 import time
@@ -39,9 +38,10 @@ from . import _metrics, _tracing
 from ._answerer import FINAL_REFUSALS, Answerer, GroupHandle
 from ._answering import Answering
 from ._blocking import BlockingLoop, raise_if_cancelled
-from ._checks import duration_ms
+from ._checks import MAX_CONSUMER, check_group, check_text, duration_ms, parse_scope
 from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
+from ._full import is_full
 from ._heartbeat import keep_beating
 from ._hooks import HookResult, call_hook
 from ._marker import still_same_layout
@@ -61,10 +61,10 @@ from ._trends import fleet_trends
 
 log = logging.getLogger("askq.runtime")
 
-GROUP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 READ_COUNT = 64
 MAX_IN_FLIGHT = 256
 FLEET_LISTED = 100  # pending requests a dashboard (GroupHandle.fleet) lists by age
+REREAD_AFTER = 2.0  # seconds: an offer refused because Redis was full is handled again
 
 
 def stop_on_signals() -> asyncio.Event:
@@ -150,6 +150,7 @@ class _Side:
     shown: Shown
     stream: str
     own_cursor: str | None = "0"
+    reread_due: bool = False  # a re-read of its own entries is scheduled
 
     async def reread_own(self, conn: Redis) -> None:
         self.own_cursor = "0"
@@ -173,11 +174,9 @@ class AnswererRuntime:
         setting); `escalate_after`: seconds a claim may go unanswered before the request
         moves on to the next tier; `remind_after`: seconds until the channel is asked
         to remind its humans (`Answerer.remind`). None: no escalation, no reminder."""
-        if not GROUP_NAME.fullmatch(group):
-            raise AskError(
-                ErrorCode.CONFIG_ERROR,
-                f"group name {group!r}: use 1-64 letters, digits, '_', '.' or '-'",
-            )
+        group = check_group(group, "group", ErrorCode.CONFIG_ERROR)
+        if consumer is not None:
+            check_text(consumer, "consumer", MAX_CONSUMER, code=ErrorCode.CONFIG_ERROR)
         settings = seam.settings
         self.seam = seam
         self.answerer = answerer
@@ -185,7 +184,7 @@ class AnswererRuntime:
         self.priority = int(priority)
         if not -(2**31) <= self.priority < 2**31:
             raise AskError(ErrorCode.CONFIG_ERROR, f"priority {self.priority}: out of range")
-        self.scope = dict(scope or {})
+        self.scope = parse_scope(scope, "scope", ErrorCode.CONFIG_ERROR)
         window = settings.decision_window if decision_window is None else decision_window
         self.timing = {
             "decision_window_ms": _ms(window, "decision_window"),
@@ -389,7 +388,8 @@ class AnswererRuntime:
                         await self._spawn(side, entry_id, fields, recovered=True)
                     await registry.trim(self.priority)
             except (AskError, *CONNECTION_ERRORS) as exc:
-                log.warning("maintenance of %s failed: %s", self.group, exc)
+                if not is_full(exc):  # (said once an episode: _full.py)
+                    log.warning("maintenance of %s failed: %s", self.group, exc)
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("maintenance of %s failed", self.group)
 
@@ -417,13 +417,14 @@ class AnswererRuntime:
     async def _read_offers(self, side: _Side, conn: Redis) -> None:
         # First what this consumer held before a restart (its own pending entries, from
         # id 0 on), then block for new offers.
+        cursor = side.own_cursor  # (a re-read asked for meanwhile is the next read's)
         try:
             reply = await conn.xreadgroup(
                 self.group,
                 self.consumer,
-                {side.stream: side.own_cursor or ">"},
+                {side.stream: cursor or ">"},
                 count=READ_COUNT,
-                block=None if side.own_cursor else self._block_ms,
+                block=None if cursor else self._block_ms,
             )
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
@@ -433,13 +434,13 @@ class AnswererRuntime:
             await self._register("beat")
             return
         entries = reply[0][1] if reply else []
-        if side.own_cursor is not None:
+        if cursor is not None:
             side.own_cursor = entries[-1][0] if entries else None
         for entry_id, fields in entries:
             if not fields:  # trimmed away; nothing to recover
                 await self.seam.redis.xack(side.stream, self.group, entry_id)
                 continue
-            await self._spawn(side, entry_id, fields, recovered=side.own_cursor is not None)
+            await self._spawn(side, entry_id, fields, recovered=cursor is not None)
 
     async def _spawn(
         self, side: _Side, entry_id: str, fields: dict[str, str], *, recovered: bool
@@ -474,10 +475,28 @@ class AnswererRuntime:
                 await self._pass_on(request_id, entry_id)
                 return
             # Left pending: this replica (on restart) or another one recovers it.
+            if is_full(exc):
+                # Redis is full (said once an episode): this replica reads its own
+                # pending entries again in a while, and handles it once Redis takes writes.
+                self._reread_later(side)
+                return
             log.warning("offer %s of %s not handled: %s", request_id, self.group, exc)
         except Exception:  # noqa: BLE001 - one bad offer must not stop the worker
             log.exception("offer %s of %s failed; passing it on", request_id, self.group)
             await self._pass_on(request_id, entry_id)
+
+    def _reread_later(self, side: _Side) -> None:
+        """Read this replica's own pending entries again after a pause (once, however
+        many entries ask for it): what it could not handle while Redis was full."""
+        if side.reread_due:
+            return
+        side.reread_due = True
+
+        def due() -> None:
+            side.reread_due = False
+            side.own_cursor = "0"
+
+        asyncio.get_running_loop().call_later(REREAD_AFTER, due)
 
     async def _pass_on(self, request_id: str, entry_id: str) -> None:
         """Handling an entry failed half-way (a bug, a refused answer): whatever the

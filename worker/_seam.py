@@ -31,7 +31,16 @@ from redis.asyncio import Redis
 
 from ._answering import Answering
 from ._asking import build_request, idempotency_digest
-from ._checks import check_text
+from ._checks import (
+    MAX_CALLER_ID,
+    MAX_IDEMPOTENCY_KEY,
+    MAX_MESSAGE,
+    check_by,
+    check_group,
+    check_optional,
+    check_request_id,
+    check_text,
+)
 from ._cluster import is_cluster_url
 from ._connections import (
     blocking_client,
@@ -40,7 +49,7 @@ from ._connections import (
     redis_errors,
     server_ms,
 )
-from ._errors import ErrorCode
+from ._errors import AskError, ErrorCode
 from ._marker import check_marker
 from ._models import (
     Answers,
@@ -234,7 +243,7 @@ class Seam:
         aborted turn still fails at once: its mark is in the turn's own shard."""
         home = self.shard_of_turn(caller.turn_id)
         target = home
-        digest = idempotency_digest(check_text(key, "idempotency_key", 256))
+        digest = idempotency_digest(check_text(key, "idempotency_key", MAX_IDEMPOTENCY_KEY))
         found = await self.requests.idempotent(digest)
         if found is not None and self.layout.of_request(found) != home.index:
             with redis_errors(self.settings):
@@ -265,6 +274,8 @@ class Seam:
         Returns how many requests this call cancelled. Works whether or not their
         callers are alive; an ask for the turn that comes later fails at once.
         """
+        check_text(turn_id, "turn_id", MAX_CALLER_ID)
+        check_by(by)
         return await self.shard_of_turn(turn_id).asking.abort_turn(turn_id, by=by)
 
     def agent(self, agent_id: str, owner: str | None = None) -> AbstractAsyncContextManager[None]:
@@ -273,24 +284,32 @@ class Seam:
         A child whose owner is live gets DELEGATED_CALLER; once the owner's heartbeat
         lapses (its process is gone), a restored child runs as a root and may ask.
         """
+        check_text(agent_id, "agent_id", MAX_CALLER_ID)
+        check_optional(owner, "owner", MAX_CALLER_ID)
         if len(self.shards) == 1:
             return self.asking.agent(agent_id, owner)
         return _in_every_shard([shard.asking.agent(agent_id, owner) for shard in self.shards])
 
     async def cancel(self, request_id: str, code: ErrorCode, message: str, *, by: str) -> bool:
         """Settle a pending request as CANCELLED; False if it had already settled."""
+        check_request_id(request_id)
+        check_by(by)
+        check_text(message, "message", MAX_MESSAGE)
         return await self.shard_of_request(request_id).asking.cancel(
             request_id, code, message, by=by
         )
 
     async def forget_caller(self, process_id: str | None = None) -> None:
+        check_optional(process_id, "process_id", MAX_CALLER_ID)
         for shard in self.shards:
             await shard.asking.forget_caller(process_id)
 
     async def fire(self, timer: str) -> Reply:
         """Fire a due timer (see lua/fire.lua); one fired already or made moot is a
         no-op. Returns the kind of the script's reply (FIRED, MOOT, GONE)."""
-        request_id = timer.split("|")[1] if "|" in timer else ""
+        if not isinstance(timer, str) or "|" not in timer:
+            raise AskError(ErrorCode.INVALID_REQUEST, "timer: not a timer (kind|request|...)")
+        request_id = check_request_id(timer.split("|")[1])
         return (await self.shard_of_request(request_id).scripts.fire(timer)).kind
 
     # --- the answerer side (answering) --------------------------------------------------
@@ -305,7 +324,8 @@ class Seam:
 
     async def release(self, request_id: str, group: str) -> bool:
         """Give back the group's claim; the last release of a tier moves it on."""
-        return await self.answering.release(request_id, group)
+        check_request_id(request_id)
+        return await self.answering.release(request_id, check_group(group))
 
     async def answer(self, request_id: str, group: str, answers: Any, *, by: str) -> Answers:
         """Submit a human's answer on behalf of a group holding the claim.
@@ -314,29 +334,37 @@ class Seam:
         INVALID_REQUEST naming the problem, ALREADY_SETTLED ("answered by ...") for a
         late or duplicate answer, NOT_CLAIMED when the group holds no claim.
         """
+        check_request_id(request_id)
+        check_group(group)
+        check_by(by)
         return await self.answering.answer(request_id, group, answers, by=by)
 
     async def claim_and_answer(self, offer: Offer, answers: Any, *, by: str) -> Answers:
+        check_by(by)
         return await self.answering.claim_and_answer(offer, answers, by=by)
 
     # --- reads (requests, registry) -----------------------------------------------------
 
     async def request_info(self, request_id: str) -> RequestInfo:
+        check_request_id(request_id)
         return await self.requests.info(request_id)
 
     async def holds(self, request_id: str, group: str) -> bool:
         """Whether the request is pending with `group` among its claimers (one read)."""
+        check_request_id(request_id)
+        check_group(group)
         return await self.requests.holds(request_id, group)
 
     async def settlement(self, request_id: str) -> Settlement | None:
-        """The request's settlement, while its reply key lasts."""
+        """The request's settlement, while its reply key lasts (None for an id that
+        cannot be a request's)."""
         return await self.requests.settlement(request_id)
 
     async def idempotent_request(self, key: str) -> str | None:
         """The id of the request asked with idempotency key `key` (a tool-call id),
         while the request is kept."""
         return await self.requests.idempotent(
-            idempotency_digest(check_text(key, "idempotency_key", 256))
+            idempotency_digest(check_text(key, "idempotency_key", MAX_IDEMPOTENCY_KEY))
         )
 
     async def now_ms(self) -> int:

@@ -28,6 +28,7 @@ from arq.worker import Function, Worker, func
 from . import _metrics, _tracing
 from ._answerer import Answerer, RetryLater
 from ._arq import arq_pool, arq_worker, close_worker, run_supervised
+from ._connections import redis_errors
 from ._keys import Keys
 from ._settings import Settings
 
@@ -142,7 +143,10 @@ class SendQueue:
         # whichever replica runs it.
         trace = _tracing.current_traceparent()
         args = (job, kwargs, trace) if trace else (job, kwargs)
-        queued = await self._pool.enqueue_job(JOB, *args, _queue_name=self.queue)
+        # REDIS_UNAVAILABLE when Redis is out of reach or full: the channel's step fails
+        # (a question not shown is given back), as any other step on Redis would.
+        with redis_errors(self.settings):
+            queued = await self._pool.enqueue_job(JOB, *args, _queue_name=self.queue)
         if queued is not None:
             self._start_now(queued.job_id)
 

@@ -10,7 +10,7 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ._errors import AskError, ErrorCode
-from ._text import problems_message
+from ._text import error_message, problems_message
 
 
 class Settings(BaseSettings):
@@ -141,7 +141,7 @@ def settings_error(exc: ValidationError, prefix: str = "ASKQ_") -> AskError:
     """A CONFIG_ERROR naming each bad setting by its environment variable."""
     problems = problems_message(
         [
-            f"{prefix}{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            f"{prefix}{'_'.join(str(p) for p in e['loc']).upper()}: {error_message(e)}"
             for e in exc.errors(include_url=False)
         ]
     )

@@ -55,6 +55,12 @@ def shard_tag(prefix: str, shard: int, shards: int) -> str:
         k += 1
 
 
+def _bytes(text: str) -> bytes:
+    # Total: an id the API refuses (a lone surrogate) still has a shard, so a lookup
+    # of it (`Seam.settlement`) finds nothing rather than failing.
+    return text.encode("utf-8", "surrogatepass")
+
+
 def marker_key(prefix: str) -> str:
     """Records the deployment's number of shards (under the plain prefix's tag)."""
     return "{" + prefix + "}:shards"
@@ -94,7 +100,7 @@ class Layout:
     def of_turn(self, turn_id: str) -> int:
         if self.shards == 1:
             return 0
-        return zlib.crc32(turn_id.encode()) % self.shards
+        return zlib.crc32(_bytes(turn_id)) % self.shards
 
     def of_request(self, request_id: str) -> int:
         """The shard a request id names (an id askq did not make: a stable guess, so a
@@ -104,7 +110,7 @@ class Layout:
         try:
             return int(request_id[-4:], 16) % self.shards
         except ValueError:
-            return zlib.crc32(request_id.encode()) % self.shards
+            return zlib.crc32(_bytes(request_id)) % self.shards
 
     def new_id(self, shard: int) -> str:
         """A new request id (32 hex digits) naming `shard`."""

@@ -18,6 +18,7 @@ import socket
 from collections.abc import Callable
 
 from ._connections import CONNECTION_ERRORS, server_ms
+from ._full import episode
 from ._heartbeat import keep_beating
 from ._seam import Seam
 
@@ -41,6 +42,7 @@ class SweeperBeat:
         now = await server_ms(redis)
         facts = {"beat_ms": now, "ttl_ms": self._ttl_ms, "fired": self._fired()}
         await redis.hset(key, self.name, json.dumps(facts))  # type: ignore[misc]
+        episode.wrote()  # (refused when Redis is full: the beat is retried, _heartbeat.py)
         for name, raw in (await redis.hgetall(key)).items():  # type: ignore[misc]
             with contextlib.suppress(ValueError, TypeError, KeyError):
                 other = json.loads(raw)

@@ -330,6 +330,7 @@ def abort(settings: Settings, turn: str) -> None:
             return await seam.abort_turn(turn, by="cli"), known
 
     count, already = run_cli(run)
+    turn = visible(turn)  # as the terminal should show it (a bidi override, an escape)
     if count:
         click.echo(f"turn {turn} aborted; {count} pending request(s) cancelled")
     elif already:

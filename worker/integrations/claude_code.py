@@ -337,12 +337,12 @@ class AskqCanUseTool:
         # The SDK's context.signal is reserved (None today): its cancellation is the
         # task being cancelled, which withdraws the question.
         signal = context.signal if _is_signal(context.signal) else None
+        try:
+            caller = self.caller(context.agent_id)
+        except AskError as exc:  # a sub-agent id that is not text askq can keep
+            return PermissionResultDeny(message=f"askq: {exc}")
         decision = await decide(
-            self.tool,
-            tool_input,
-            self.caller(context.agent_id),
-            signal=signal,
-            tool_use_id=context.tool_use_id,
+            self.tool, tool_input, caller, signal=signal, tool_use_id=context.tool_use_id
         )
         if decision.updated_input is not None:
             return PermissionResultAllow(updated_input=decision.updated_input)
@@ -357,10 +357,14 @@ class AskqCanUseTool:
         raw: Mapping[str, Any] = cast("Mapping[str, Any]", hook_input)
         if raw.get("tool_name") != CLAUDE_TOOL or already_answered(raw.get("tool_input")):
             return {}
+        try:
+            caller = self.caller(raw.get("agent_id"))
+        except AskError as exc:
+            return cast("HookJSONOutput", hook_output(Decision(None, f"askq: {exc}")))
         decision = await decide(
             self.tool,
             raw.get("tool_input"),
-            self.caller(raw.get("agent_id")),
+            caller,
             tool_use_id=tool_use_id or raw.get("tool_use_id"),
         )
         return cast("HookJSONOutput", hook_output(decision))

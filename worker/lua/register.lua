@@ -8,9 +8,19 @@
 -- registry holds changes nothing and is told what the group is (CONFLICT). Its kind
 -- and timings (decision window, escalation, reminder) are the last starter's.
 --
+-- A heartbeat gets through a full Redis (maxmemory reached, noeviction): a replica
+-- whose beat was refused would look dead once its TTL ran out (its group skipped,
+-- NO_ANSWERER; its claims taken over) for as long as Redis is full. A beat adds no
+-- data (it moves this replica's scores and beat time on), and Redis refuses a script's
+-- write for lack of memory only while the script has written nothing (it never stops
+-- one half-way). So a beat whose first write is refused for memory first drops its
+-- beat time (HDEL: a write that adds nothing, written again below), and the rest goes
+-- through; it replies full = '1', and the replica says Redis is full (_full.py). A
+-- replica starting up is refused as any other write is.
+--
 -- uses: groups group_info live consumers stream beats
 -- args: group priority info identity consumer ttl_ms mode
--- replies: OK restored | CONFLICT priority info
+-- replies: OK restored full | CONFLICT priority info
 local GROUPS, INFO, LIVE, CONSUMERS, STREAM = K.groups, K.group_info, K.live, K.consumers, K.stream
 local group, priority, info, identity = A.group, A.priority, A.info, A.identity
 local consumer, ttl, mode = A.consumer, tonumber(A.ttl_ms), A.mode
@@ -25,6 +35,23 @@ if known then
   -- (a registration written before groups had an identity is taken over)
   if ok and type(fields) == 'table' and fields.identity and fields.identity ~= identity then
     return {'CONFLICT', registered or priority, known}
+  end
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local live_until = now + ttl
+
+local full = '0'
+if mode == 'beat' then
+  local first = redis.pcall('ZADD', CONSUMERS, live_until, consumer)
+  if type(first) == 'table' and first.err then
+    if not string.find(tostring(first.err), 'OOM', 1, true) then
+      return redis.error_reply(tostring(first.err))
+    end
+    full = '1'
+    redis.call('HDEL', K.beats, consumer)
+    redis.call('ZADD', CONSUMERS, live_until, consumer)
   end
 end
 
@@ -47,10 +74,7 @@ else
   restored = '1'
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local live_until = now + ttl
-redis.call('ZADD', CONSUMERS, live_until, consumer)
+if mode ~= 'beat' then redis.call('ZADD', CONSUMERS, live_until, consumer) end
 redis.call('ZADD', LIVE, 'GT', live_until, group)
 -- When each replica last beat (`askq status` shows its age). At a start, forget the
 -- beats of replicas the group no longer lists (taken over and dropped).
@@ -61,4 +85,4 @@ if mode == 'start' then
   end
 end
 if mode == 'start' then restored = '0' end
-return {'OK', restored}
+return {'OK', restored, full}

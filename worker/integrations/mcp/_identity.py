@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from askq import Caller
+from askq._checks import MAX_IDEMPOTENCY_KEY, check_text
 from askq._models import validate_model
 
 from ._settings import McpSettings
@@ -45,7 +46,9 @@ class Who:
             ensure_ascii=False,
             default=str,
         )
-        return hashlib.sha256(body.encode()).hexdigest()[:40]
+        # surrogatepass: arguments the tool will refuse (a lone surrogate) still have a
+        # digest; the ask then says what is wrong with them.
+        return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
 
 def _given(meta: Mapping[str, Any], headers: Mapping[str, str], name: str) -> str | None:
@@ -84,4 +87,7 @@ def identify(
             "turn_id": conversation or f"mcp-call-{uuid.uuid4().hex}",
         },
     )
-    return Who(caller, conversation, _given(given, heard, "toolCallId"))
+    call = _given(given, heard, "toolCallId")
+    if call is not None:
+        check_text(call, META + "toolCallId", MAX_IDEMPOTENCY_KEY)
+    return Who(caller, conversation, call)

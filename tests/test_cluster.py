@@ -274,8 +274,10 @@ async def test_commands_and_pipelines_ride_through_a_failover_of_the_first_seed(
     ASKQ_CLUSTER_RETRY_SECONDS. (A pipeline re-read the layout outside the retry and
     failed at once with `Error 111 connecting to` the dead node; a batch was failed
     whole by one master's refusal, as never sent, while the others had run it; and
-    CLUSTERDOWN replies inside a pipeline were handed back as results.)"""
-    from askq._connections import NotConnected, command_client
+    CLUSTERDOWN replies inside a pipeline were handed back as results.) So does a
+    connection pinned to that master (a blocking loop's, arq's): it connects to the
+    promoted replica, where it failed `Error 111` until then."""
+    from askq._connections import NotConnected, command_client, pinned_client
 
     settings = Settings(
         redis_url=own_cluster.url, prefix="fo", cluster_retry_seconds=20.0, socket_timeout=2.0
@@ -288,6 +290,7 @@ async def test_commands_and_pipelines_ride_through_a_failover_of_the_first_seed(
             node.set(key, value)
             assert node.wait(1, 5000) == 1  # on its replica too: the failover keeps it
     client = command_client(None, settings)
+    pinned = pinned_client(None, settings.model_copy(update={"prefix": dead}))  # {dead}'s
     problems: list[str] = []
     counts: Counter[str] = Counter()
     done = asyncio.Event()
@@ -308,14 +311,15 @@ async def test_commands_and_pipelines_ride_through_a_failover_of_the_first_seed(
                 problems.append(f"{what} {key}: {result!r}")
         counts[what] += 1
 
-    async def lone(key: str) -> None:
+    async def lone(key: str, conn: Any = client, what: str = "GET") -> None:
         lost: list[str] = []
         while not done.is_set():
             try:
-                got: Any = await client.get(key)
+                got: Any = await conn.get(key)
             except Exception as exc:  # noqa: BLE001
                 got = exc
-            check("GET", [key], [got], lost)
+                await asyncio.sleep(0.01)
+            check(what, [key], [got], lost)
 
     async def piped(keys: list[str]) -> None:
         lost: list[str] = []
@@ -332,6 +336,7 @@ async def test_commands_and_pipelines_ride_through_a_failover_of_the_first_seed(
             check("pipeline", keys, got, lost)
 
     loops = [asyncio.create_task(lone(dead)), asyncio.create_task(lone(live))]
+    loops.append(asyncio.create_task(lone(dead, pinned, "pinned GET")))
     shapes = [[live, live], [dead, dead], [live, dead]]
     loops += [asyncio.create_task(piped(keys)) for keys in shapes for _ in range(2)]
     try:
@@ -345,5 +350,7 @@ async def test_commands_and_pipelines_ride_through_a_failover_of_the_first_seed(
         done.set()
         await asyncio.wait_for(asyncio.gather(*loops), 30)
         await client.aclose()
+        await pinned.aclose()
     assert problems == [], problems[:10]
     assert counts.total() > before  # they went on through the failover
+    assert counts["pinned GET"] > 1

@@ -18,9 +18,11 @@ Two kinds of client, for two kinds of work:
   a WATCH/MULTI (arq's queue, a channel's `once` guard) — gets a plain client whose
   connection is pinned to the master that owns a hash tag's slot (`pinned_pool`). Each
   time it connects it asks the cluster which master that is, so after a failover or a
-  slot moved it reconnects to the new owner; a MOVED reply (it reached a node that no
-  longer owns the slot) drops the connection as if it were lost (the command did not
-  run), so the loops' own reconnect handles it.
+  slot moved it reconnects to the new owner; a connection that cannot be made (the
+  master dead, no master yet) is tried again for `ASKQ_CLUSTER_RETRY_SECONDS`, as a
+  command is. A MOVED reply (it reached a node that no longer owns the slot) drops the
+  connection as if it were lost (the command did not run), so the loops' own
+  reconnect handles it.
 """
 
 from __future__ import annotations
@@ -448,7 +450,9 @@ class SlotOwners:
 
     url: ClusterUrl
     timeout: float
+    retry_seconds: float = 0.0  # how long a connection is tried again (see _Pinned)
     known: list[tuple[str, int]] = field(default_factory=list)
+    reached: bool = False  # has any node answered yet
 
     async def master_of(self, slot: int) -> tuple[str, int]:
         errors: list[str] = []
@@ -469,6 +473,7 @@ class SlotOwners:
             finally:
                 with contextlib.suppress(Exception):
                     await node.aclose()
+            self.reached = True
             owner = self._owner(layout, slot)
             if owner is not None:
                 return owner
@@ -503,14 +508,29 @@ class _Pinned:
         super().__init__(*args, **kwargs)
 
     async def connect(self) -> None:
+        """Find the slot's master and connect to it, trying again for the retry window
+        while that fails (the master dead, no master yet: a failover): nothing was sent.
+        A cluster no node of which has answered yet is not waited for."""
         from ._connections import NotConnected
 
-        if not self.is_connected:  # type: ignore[attr-defined]
+        if self.is_connected:  # type: ignore[attr-defined]
+            return
+        owners = self.pinned_owners
+        deadline = time.monotonic() + owners.retry_seconds
+        pause = 0.05
+        while True:
             try:
-                self.host, self.port = await self.pinned_owners.master_of(self.pinned_slot)
-            except ConnectionError as exc:
-                raise NotConnected(str(exc)) from exc
-        await super().connect()  # type: ignore[misc]
+                try:
+                    self.host, self.port = await owners.master_of(self.pinned_slot)
+                except ConnectionError as exc:
+                    raise NotConnected(str(exc)) from exc
+                await super().connect()  # type: ignore[misc]
+                return
+            except NotConnected:
+                if not owners.reached or time.monotonic() + pause > deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -542,14 +562,16 @@ def pinned_pool(
     *,
     connection_class: type[Connection],
     max_connections: int | None,
+    retry_seconds: float = 0.0,
     **kwargs: Any,
 ) -> ConnectionPool:
     """A pool of connections to the master owning `{tag}`'s slot: bounded (waiting for
-    a free connection) with `max_connections`, else opening connections as needed."""
+    a free connection) with `max_connections`, else opening connections as needed. A
+    connection that cannot be made is tried again for `retry_seconds`."""
     base = connection_class
     if url.tls and not issubclass(base, SSLConnection):
         raise ValueError("a TLS cluster URL needs an SSL connection class")
-    owners = SlotOwners(url, float(kwargs.get("socket_connect_timeout") or 5.0))
+    owners = SlotOwners(url, float(kwargs.get("socket_connect_timeout") or 5.0), retry_seconds)
     kwargs.update(url.connection_kwargs())
     kwargs.pop("ssl", None)
     first = url.nodes[0]

@@ -236,6 +236,9 @@ async def _failover_under_load(
         sentinels.restart(old)
 
     code = await caller.exited(120)  # hung asks: the caller would not exit
+    assert code == 0, caller.err()[-3000:]
+    if fault == "kill":  # the new master takes writes once its replica is in sync again
+        await asyncio.to_thread(sentinels.wait_settled)
     outcomes = [json.loads(line) for line in caller.out().splitlines()]
     by_outcome = Counter(o["outcome"] for o in outcomes)
     missing = n - len({o["i"] for o in outcomes})
@@ -260,7 +263,6 @@ async def _failover_under_load(
         f" hung {missing}; on the new master: requests whose idempotency key is gone"
         f" {n - len(ids)}, open again after their caller had its outcome {unsettled}"
     )
-    assert code == 0, caller.err()[-3000:]
     assert missing == 0  # none hung
     if safe:
         assert by_outcome == Counter({"ANSWERED": n})  # none lost, none failed

@@ -29,6 +29,7 @@ from redis.exceptions import ResponseError
 from ._blocking import raise_if_cancelled
 from ._connections import CONNECTION_ERRORS, pinned_client
 from ._keys import Keys
+from ._outage import outage
 from ._sentinel import failover_reply
 from ._settings import Settings
 
@@ -177,11 +178,13 @@ async def run_supervised(name: str, make_worker: Callable[[], Worker]) -> None:
             await _run(worker)
             return
         except CONNECTION_ERRORS as exc:
-            log.warning("%s lost Redis (%s); restarting in %.1f s", name, exc, backoff)
+            outage.failed(name, exc)  # logged once per outage (_outage.py)
+            log.debug("%s lost Redis (%s); restarting in %.1f s", name, exc, backoff)
         except ResponseError as exc:  # Sentinel: a master failing over (_sentinel.py)
             if not failover_reply(exc):
                 raise
-            log.warning("%s: Redis fails over (%s); restarting in %.1f s", name, exc, backoff)
+            outage.failed(name, exc)
+            log.debug("%s: Redis fails over (%s); restarting in %.1f s", name, exc, backoff)
         finally:
             with contextlib.suppress(Exception):
                 await close_worker(worker)

@@ -20,6 +20,7 @@ from ._connections import CONNECTION_ERRORS, NotConnected
 from ._errors import AskError, ErrorCode
 from ._messages import WITHDRAWN_MESSAGE
 from ._models import AskRequest, Settlement
+from ._outage import outage
 from ._replies import Reply, ScriptReply
 from ._scripts import AskSend, RequestFacts
 from ._types import AbortSignal
@@ -137,13 +138,16 @@ class PendingAsk:
                 if not self.maybe_sent and isinstance(exc.__cause__, NotConnected):
                     raise  # never sent: nothing was published
                 self.maybe_sent = True
-                log.warning(
+                outage.failed("an ask", exc)  # once per outage, not per ask and try
+                log.debug(
                     "ask %s: no reply from Redis (%s); sending it again", self.request_id, exc
                 )
                 if await _aborted_within(signal, pause):
                     raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE) from None
                 pause = min(pause * 2, RESEND_MAX)
                 continue
+            if pause > RESEND_FIRST:
+                outage.reached()  # it was sent again, and Redis answered
             if reply.kind not in (Reply.OWNER, Reply.REDIRECT, Reply.GONE):
                 return reply
             hops += 1

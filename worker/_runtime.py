@@ -46,6 +46,7 @@ from ._heartbeat import keep_beating
 from ._hooks import HookResult, call_hook
 from ._marker import still_same_layout
 from ._models import Answers, AskRequest, Offer, Retraction, scope_matches
+from ._outage import outage, unreachable
 from ._recent import recent_in_shards
 from ._registry import GroupSpec
 from ._replies import Reply
@@ -383,7 +384,10 @@ class AnswererRuntime:
                         await self._spawn(side, entry_id, fields, recovered=True)
                     await registry.trim(self.priority)
             except (AskError, *CONNECTION_ERRORS) as exc:
-                log.warning("maintenance of %s failed: %s", self.group, exc)
+                if unreachable(exc):
+                    outage.failed(f"maintenance of {self.group}", exc)  # once per outage
+                else:
+                    log.warning("maintenance of %s failed: %s", self.group, exc)
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("maintenance of %s failed", self.group)
 
@@ -449,7 +453,7 @@ class AnswererRuntime:
                 await self._pass_on(request_id, entry_id)
                 return
             # Left pending: this replica (on restart) or another one recovers it.
-            log.warning("offer %s of %s not handled: %s", request_id, self.group, exc)
+            outage.failed(f"offer {request_id} of {self.group}", exc)  # once per outage
         except Exception:  # noqa: BLE001 - one bad offer must not stop the worker
             log.exception("offer %s of %s failed; passing it on", request_id, self.group)
             await self._pass_on(request_id, entry_id)

@@ -257,6 +257,8 @@ class ClusterClient(RedisCluster):
         token = _resetting.set(True)
         try:
             return await super()._execute_command(target_node, *args, **kwargs)
+        except MaxConnectionsError:  # (a ConnectionError in redis-py: no node is at fault)
+            raise
         except RedisConnectionError:
             await self.drop_node_of(args, target_node)
             raise

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import redis
 from conftest import SEED, YES, YES_JSON, Backend, running
+from redis.crc import key_slot
 from test_sweeper import Flaky
 
 from askq import AskError, Caller, ErrorCode, Seam, Settings
 from askq._cluster import ClusterUrl
 from askq._connections import check_redis_url, redacted
-from askq._shards import Layout
 from askq._sweeper import Sweeper
 from askq.answerers.memory import MemoryAnswerer
 
@@ -161,13 +161,19 @@ async def test_a_master_killed_under_load_loses_hangs_and_double_settles_nothing
     own_cluster: Any, shards: int
 ) -> None:
     """Callers ask without pause, a replica answers each; the master owning the
-    deployment's slot (with 3 shards: one shard's) is SIGKILLed and its replica
-    promoted; the other shards' asks go on meanwhile. Every ask the callers
-    started ends: answered (once), or with a clear error (the few in flight at the
-    kill); none hangs. Every published
+    deployment's `{prefix}` slot (with 3 shards: also shard 0's), the URL's first seed,
+    is SIGKILLed and its replica promoted; the other shards' asks go on meanwhile.
+    Every ask the callers started ends: answered (once), or with a clear error (the
+    few in flight at the kill), never REDIS_UNAVAILABLE (what did not run is sent
+    again through the failover); none hangs. Every published
     request is still in Redis afterwards with one settlement at most (its audit trail
     says so), and each answered ask got the settlement Redis kept."""
-    prefix = "fault"
+    seed = own_cluster.ports[0]  # the first seed (and redis-py's default node)
+    prefix = next(
+        p
+        for p in (f"fault{i}" for i in range(1000))
+        if own_cluster.master_of(key_slot(("{" + p + "}").encode())) == seed
+    )
     settings = Settings(
         redis_url=own_cluster.url,
         prefix=prefix,
@@ -178,7 +184,7 @@ async def test_a_master_killed_under_load_loses_hangs_and_double_settles_nothing
         caller_ttl=30.0,
         shards=shards,
     )
-    victim = Layout(prefix, shards).keys(shards // 2).tag or prefix  # a shard's master
+    victim = prefix
     outcomes: Counter[str] = Counter()
     answered: dict[str, str] = {}  # request id -> the settlement its caller got
     published: list[str] = []
@@ -244,10 +250,10 @@ async def test_a_master_killed_under_load_loses_hangs_and_double_settles_nothing
         f" double-settled {len(double)}"
     )
     assert outcomes["hung"] == 0, outcomes
-    # In flight at the kill: an ask whose send Redis could not take (REDIS_UNAVAILABLE),
-    # or one whose answer was lost with the connection: the channel's present failed,
-    # so it gave its claim back and the last tier ran out (NO_ANSWERER). Both clear.
-    assert set(outcomes) <= {"answered", "error REDIS_UNAVAILABLE", "error NO_ANSWERER"}
+    # In flight at the kill: an ask whose answer was lost with the connection: the
+    # channel's present failed, so it gave its claim back and the last tier ran out
+    # (NO_ANSWERER). An ask whose send did not run is sent again: no REDIS_UNAVAILABLE.
+    assert set(outcomes) <= {"answered", "error NO_ANSWERER"}, outcomes
     assert outcomes["answered"] > 20 * (outcomes.total() - outcomes["answered"]), outcomes
     assert after > 0  # the deployment went on after the failover
     assert double == []
@@ -255,3 +261,96 @@ async def test_a_master_killed_under_load_loses_hangs_and_double_settles_nothing
     for request_id, body in replies.items():  # what each caller got is what Redis kept
         assert body is not None and body.state == "ANSWERED", (request_id, body)
         assert answered[request_id] == YES_JSON
+
+
+async def test_commands_and_pipelines_ride_through_a_failover_of_the_first_seed(
+    own_cluster: Any,
+) -> None:
+    """The master of the URL's first seed is SIGKILLed: the client's default node,
+    where redis-py reads its command table, and the first node it reads the layout
+    from. Until its replica has taken over and after, lone commands and pipelines (to
+    its slots, to the masters that stayed up, and spanning both) each get their
+    result, never an error: what did not run is sent again within
+    ASKQ_CLUSTER_RETRY_SECONDS. (A pipeline re-read the layout outside the retry and
+    failed at once with `Error 111 connecting to` the dead node; a batch was failed
+    whole by one master's refusal, as never sent, while the others had run it; and
+    CLUSTERDOWN replies inside a pipeline were handed back as results.) So does a
+    connection pinned to that master (a blocking loop's, arq's): it connects to the
+    promoted replica, where it failed `Error 111` until then."""
+    from askq._connections import NotConnected, command_client, pinned_client
+
+    settings = Settings(
+        redis_url=own_cluster.url, prefix="fo", cluster_retry_seconds=20.0, socket_timeout=2.0
+    )
+    victim = own_cluster.ports[0]
+    on = {own_cluster.master_of(key_slot(f"k{i}".encode())): f"k{i}" for i in range(200)}
+    dead, live = on[victim], next(k for port, k in on.items() if port != victim)
+    for key, value in ((dead, "d"), (live, "l")):
+        with redis.Redis(port=own_cluster.master_of(key_slot(key.encode()))) as node:
+            node.set(key, value)
+            assert node.wait(1, 5000) == 1  # on its replica too: the failover keeps it
+    client = command_client(None, settings)
+    pinned = pinned_client(None, settings.model_copy(update={"prefix": dead}))  # {dead}'s
+    problems: list[str] = []
+    counts: Counter[str] = Counter()
+    done = asyncio.Event()
+
+    def check(what: str, keys: list[str], got: list[Any], lost: list[str]) -> None:
+        """A connection lost with a command in flight at the kill (to the dead master)
+        is what it is: that command may have run. One batch per loop; nothing else."""
+        first = not lost
+        for key, result in zip(keys, got, strict=True):
+            want = {dead: "d", live: "l"}[key]
+            if isinstance(result, BaseException):
+                in_flight = key == dead and first and not isinstance(result, NotConnected)
+                if in_flight and isinstance(result, redis.ConnectionError):
+                    lost.append(f"{what}: {result!r}")
+                    continue
+                problems.append(f"{what} {key}: {result!r}")
+            elif result != want:
+                problems.append(f"{what} {key}: {result!r}")
+        counts[what] += 1
+
+    async def lone(key: str, conn: Any = client, what: str = "GET") -> None:
+        lost: list[str] = []
+        while not done.is_set():
+            try:
+                got: Any = await conn.get(key)
+            except Exception as exc:  # noqa: BLE001
+                got = exc
+                await asyncio.sleep(0.01)
+            check(what, [key], [got], lost)
+
+    async def piped(keys: list[str]) -> None:
+        lost: list[str] = []
+        while not done.is_set():
+            try:
+                async with client.pipeline(transaction=False) as pipe:
+                    for key in keys:
+                        pipe.get(key)
+                    got = await pipe.execute(raise_on_error=False)
+            except Exception as exc:  # noqa: BLE001
+                got = [exc] * len(keys)
+                if isinstance(exc, NotConnected) or not isinstance(exc, redis.ConnectionError):
+                    lost.append("raised")  # a whole batch failed: never tolerated
+            check("pipeline", keys, got, lost)
+
+    loops = [asyncio.create_task(lone(dead)), asyncio.create_task(lone(live))]
+    loops.append(asyncio.create_task(lone(dead, pinned, "pinned GET")))
+    shapes = [[live, live], [dead, dead], [live, dead]]
+    loops += [asyncio.create_task(piped(keys)) for keys in shapes for _ in range(2)]
+    try:
+        await asyncio.sleep(0.3)
+        before = counts.total()
+        # SIGKILL the master of `dead`'s slot (the first seed); back once its replica
+        # has taken over, then a while more on the new layout.
+        assert await asyncio.to_thread(own_cluster.kill_master, dead) == victim
+        await asyncio.sleep(1.0)
+    finally:
+        done.set()
+        await asyncio.wait_for(asyncio.gather(*loops), 30)
+        await client.aclose()
+        await pinned.aclose()
+    assert problems == [], problems[:10]
+    assert counts.total() > before  # they went on through the failover
+    assert counts["pinned GET"] > 1

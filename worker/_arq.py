@@ -30,6 +30,7 @@ from ._blocking import raise_if_cancelled
 from ._connections import CONNECTION_ERRORS, pinned_client
 from ._full import episode, is_full
 from ._keys import Keys
+from ._outage import outage
 from ._sentinel import failover_reply
 from ._settings import Settings
 
@@ -178,12 +179,14 @@ async def run_supervised(name: str, make_worker: Callable[[], Worker]) -> None:
             await _run(worker)
             return
         except CONNECTION_ERRORS as exc:
-            log.warning("%s lost Redis (%s); restarting in %.1f s", name, exc, backoff)
+            outage.failed(name, exc)  # logged once per outage (_outage.py)
+            log.debug("%s lost Redis (%s); restarting in %.1f s", name, exc, backoff)
         except ResponseError as exc:
             if is_full(exc):  # arq's own writes refused (PSETEX ...): said once an episode
                 episode.refused("queue", f"the queue of {name} (arq)")
             elif failover_reply(exc):  # Sentinel: a master failing over (_sentinel.py)
-                log.warning("%s: Redis fails over (%s); restarting in %.1f s", name, exc, backoff)
+                outage.failed(name, exc)
+                log.debug("%s: Redis fails over (%s); restarting in %.1f s", name, exc, backoff)
             else:
                 raise
         finally:

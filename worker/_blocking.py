@@ -5,7 +5,8 @@ It reconnects with backoff after a connection error and calls `resync` first thi
 after, since a notification may have been lost with the connection. It stops
 promptly on `close()`, even when the client library swallows the cancellation (redis-py
 can, when a cancel races its own read timeout): closing the connection fails the read,
-and the loop sees it is closing.
+and the loop sees it is closing. An outage is logged once per process, as it starts
+and as it ends (`_outage.py`), not once per try.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis
 
-from ._connections import CONNECTION_ERRORS
-from ._errors import AskError, ErrorCode
 from ._full import episode, is_full
+from ._outage import outage, unreachable
 
 log = logging.getLogger("askq.blocking")
 
@@ -81,16 +81,16 @@ class BlockingLoop:
                 resync = False
                 await self._step(self._conn)
                 backoff = 0.05
+                outage.reached()
             except Exception as exc:  # noqa: BLE001 - the loop outlives any one failure
                 if self._closing:
                     return
                 raise_if_cancelled()
                 if is_full(exc):  # the connection is fine; said once an episode (_full.py)
                     episode.refused("blocking_loop", self.name)
-                elif isinstance(exc, CONNECTION_ERRORS) or (
-                    isinstance(exc, AskError) and exc.code is ErrorCode.REDIS_UNAVAILABLE
-                ):
-                    log.warning("%s lost its connection (%s); reconnecting", self.name, exc)
+                elif unreachable(exc):
+                    outage.failed(self.name, exc)
+                    log.debug("%s lost its connection (%s); reconnecting", self.name, exc)
                     await self._drop_conn()
                 else:
                     log.exception("%s failed; retrying", self.name)

@@ -18,9 +18,11 @@ Two kinds of client, for two kinds of work:
   a WATCH/MULTI (arq's queue, a channel's `once` guard) — gets a plain client whose
   connection is pinned to the master that owns a hash tag's slot (`pinned_pool`). Each
   time it connects it asks the cluster which master that is, so after a failover or a
-  slot moved it reconnects to the new owner; a MOVED reply (it reached a node that no
-  longer owns the slot) drops the connection as if it were lost (the command did not
-  run), so the loops' own reconnect handles it.
+  slot moved it reconnects to the new owner; a connection that cannot be made (the
+  master dead, no master yet) is tried again for `ASKQ_CLUSTER_RETRY_SECONDS`, as a
+  command is. A MOVED reply (it reached a node that no longer owns the slot) drops the
+  connection as if it were lost (the command did not run), so the loops' own
+  reconnect handles it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
-from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, NodesManager, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection
 from redis.crc import key_slot
 from redis.exceptions import (
@@ -48,6 +50,7 @@ from redis.exceptions import (
     SlotNotCoveredError,
     TryAgainError,
 )
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 SCHEMES = {"redis+cluster": False, "rediss+cluster": True}  # scheme -> TLS
 
@@ -125,12 +128,42 @@ _NOT_RUN: tuple[type[BaseException], ...] = (
 )
 
 
-def _unreachable(exc: BaseException) -> bool:
+def _unreachable(exc: BaseException | None) -> bool:
     """redis-py's word for "no node of the cluster answered" when it reads the layout."""
     return isinstance(exc, RedisClusterException) and "cannot be connected" in str(exc)
 
 
 _holding: contextvars.ContextVar[bool] = contextvars.ContextVar("askq_permit", default=False)
+
+# Set while redis-py handles a failed command inside `_execute_command`: its "close the
+# client" there means "read the layout again", not "drop every connection" (below).
+_resetting: contextvars.ContextVar[bool] = contextvars.ContextVar("askq_reset", default=False)
+
+
+class _KeepingNodes(NodesManager):
+    """redis-py's view of the cluster, keeping the node objects (and their connections)
+    of the nodes a new reading of the layout still lists. redis-py makes every node
+    anew each time it reads the layout and disconnects the old ones, in-use connections
+    too: at a failover every command then in flight on a master that stayed up lost its
+    connection after it was sent (so it may have run, and its caller had to treat it so)."""
+
+    __slots__ = ()
+
+    def set_nodes(
+        self, old: dict[str, ClusterNode], new: dict[str, ClusterNode], remove_old: bool = False
+    ) -> None:
+        if old is self.nodes_cache:
+            kept: dict[int, ClusterNode] = {}  # id(new node) -> the old one it stands for
+            for name, node in new.items():
+                mine = old.get(name)
+                if mine is not None and mine is not node:
+                    mine.server_type = node.server_type  # a replica promoted, say
+                    kept[id(node)] = mine
+                    new[name] = mine
+            if kept:
+                for nodes in {id(nodes): nodes for nodes in self.slots_cache.values()}.values():
+                    nodes[:] = [kept.get(id(node), node) for node in nodes]
+        super().set_nodes(old, new, remove_old)
 
 
 class ClusterClient(RedisCluster):
@@ -145,6 +178,7 @@ class ClusterClient(RedisCluster):
         self, *, not_connected: type[Exception], retry_seconds: float, permits: int, **kwargs: Any
     ) -> None:
         super().__init__(cluster_error_retry_attempts=1, **kwargs)
+        self.nodes_manager.__class__ = _KeepingNodes  # same state, one method more
         self._not_connected = not_connected
         self.retry_seconds = retry_seconds
         self._permits = asyncio.Semaphore(permits)
@@ -164,7 +198,7 @@ class ClusterClient(RedisCluster):
             finally:
                 _holding.reset(token)
 
-    def not_run(self, exc: BaseException) -> bool:
+    def not_run(self, exc: BaseException | None) -> bool:
         return isinstance(exc, (*_NOT_RUN, self._not_connected)) or _unreachable(exc)
 
     async def retrying(self, attempt: Any) -> Any:
@@ -190,6 +224,55 @@ class ClusterClient(RedisCluster):
             await asyncio.sleep(pause)
             pause = min(pause * 2, 1.0)
 
+    async def initialize(self) -> ClusterClient:
+        """Read the layout (redis-py's, but for COMMAND: the command table it reads from
+        the default node, the first master listed, is read once, not at each reading of
+        the layout. At a failover that master may be the dead one, and each failed
+        reading would drop every connection again)."""
+        if not self._initialize:
+            return self
+        if not self._lock:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._initialize:
+                try:
+                    await self.nodes_manager.initialize()
+                    if self.commands_parser.commands:
+                        self.commands_parser.node = self.nodes_manager.default_node
+                    else:
+                        await self.commands_parser.initialize(self.nodes_manager.default_node)
+                    self._initialize = False
+                except BaseException:
+                    await self.nodes_manager.aclose()
+                    await self.nodes_manager.aclose("startup_nodes")
+                    raise
+        return self
+
+    def forget_layout(self) -> None:
+        """The layout may be out of date (a command met a dead node, a cluster down or
+        moving): the next command reads it again. No connection is dropped for it."""
+        self._initialize = True
+
+    async def _execute_command(self, target_node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
+        token = _resetting.set(True)
+        try:
+            return await super()._execute_command(target_node, *args, **kwargs)
+        except MaxConnectionsError:  # (a ConnectionError in redis-py: no node is at fault)
+            raise
+        except RedisConnectionError:
+            await self.drop_node_of(args, target_node)
+            raise
+        finally:
+            _resetting.reset(token)
+
+    async def drop_node_of(self, command: Any, node: ClusterNode | None = None) -> None:
+        """A connection to the node `command` went to was lost or refused: its other
+        connections are likely as dead (a killed master), so drop them rather than
+        lose a command on each; the other nodes' stay (redis-py drops them all)."""
+        with contextlib.suppress(Exception):
+            for each in [node] if node is not None else await self._determine_nodes(*command):
+                await each.disconnect()
+
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         async with self.permit():
             run = super().execute_command
@@ -197,6 +280,9 @@ class ClusterClient(RedisCluster):
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
         # (the single-Redis client's signature: callers pass close_connection_pool)
+        if _resetting.get():  # redis-py, after a failed command: read the layout again
+            self.forget_layout()
+            return
         await super().aclose()
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
@@ -206,10 +292,19 @@ class ClusterClient(RedisCluster):
 
 
 class _Pipeline(ClusterPipeline):
-    """A non-transactional pipeline under one permit. It is sent again only when every
-    command is in one slot (one node: it failed whole, before anything ran)."""
+    """A non-transactional pipeline under one permit, sent slot by slot (a slot is on
+    one master at a time, so what one master could not take does not fail what another
+    ran). Commands that certainly did not run (their master unreachable, the cluster
+    down, a redirection) are sent again, as a lone command is, for the retry window;
+    each command ends with its own result or error."""
 
     _client: ClusterClient
+
+    async def initialize(self) -> ClusterPipeline:
+        # redis-py reads the cluster's layout here (on `async with` too), outside any
+        # retry: at a failover that failed the whole batch at once. `execute` reads it.
+        self._command_stack = []
+        return self
 
     def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
         # redis-py blocks scripts in a cluster pipeline, because their keys might span
@@ -217,36 +312,82 @@ class _Pipeline(ClusterPipeline):
         return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
 
     async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
-        client, stack = self._client, list(self._command_stack)
+        client, stack = self._client, self._command_stack
+        self._command_stack = []
+        if not stack:
+            return []
+        async with client.permit():
+            groups = await self._by_slot(stack)
+            await asyncio.gather(*(self._send(group, allow_redirections) for group in groups))
+        if raise_on_error:
+            for cmd in stack:
+                if isinstance(cmd.result, BaseException):
+                    raise cmd.result
+        return [cmd.result for cmd in stack]
 
-        async def attempt() -> Any:
-            self._command_stack = list(stack)
+    async def _by_slot(self, stack: list[Any]) -> list[list[Any]]:
+        """The commands by slot, in order; all in one group if a slot cannot be told
+        (a keyless command: do not guess)."""
+        client = self._client
+        if client._initialize:
+            with contextlib.suppress(Exception):  # the send reads it again, retried
+                await client.retrying(client.initialize)
+        groups: dict[int, list[Any]] = {}
+        try:
+            for cmd in stack:
+                groups.setdefault(await client._determine_slot(*cmd.args), []).append(cmd)
+        except Exception:  # noqa: BLE001
+            return [stack]
+        return list(groups.values())
+
+    async def _send(self, cmds: list[Any], allow_redirections: bool) -> None:
+        """Send `cmds` (one slot's) until each has a result or an error of its own."""
+        client = self._client
+        todo = cmds
+
+        async def attempt() -> None:
+            nonlocal todo
+            for cmd in todo:
+                cmd.result = None
+            if client._initialize:
+                await client.initialize()
             try:
-                return await ClusterPipeline.execute(self, raise_on_error, allow_redirections)
+                await ClusterPipeline._execute(
+                    self, client, todo, raise_on_error=False, allow_redirections=allow_redirections
+                )
             except AttributeError:
                 # redis-py's bookkeeping after a failed command reads the default node,
-                # which a concurrent reset of the layout (a failover) may have cleared
-                # (None.name): the results are in by then, so return them as it would.
-                results = [cmd.result for cmd in stack]
-                failed = [r for r in results if isinstance(r, BaseException)]
-                if raise_on_error and failed:
-                    raise failed[0] from None
-                return results
-
-        async with client.permit():
-            try:
-                return await attempt()
+                # which a failed reading of the layout may have cleared (None.name):
+                # the results are in by then.
+                pass
             except BaseException as exc:
-                if not client.not_run(exc) or not await self._one_slot(stack):
-                    raise
-            return await client.retrying(attempt)
+                if client.not_run(exc):
+                    client.forget_layout()
+                raise
+            lost = next((c for c in todo if isinstance(c.result, RedisConnectionError)), None)
+            if lost is not None:
+                await client.drop_node_of(lost.args)
+            failed = next((i for i, cmd in enumerate(todo) if client.not_run(cmd.result)), None)
+            if failed is None:
+                return
+            client.forget_layout()
+            rest = todo[failed:]
+            if all(client.not_run(cmd.result) for cmd in rest):
+                todo = rest  # none of them ran: all of them go again, in order
+                raise rest[0].result
+            # A later command ran: sent again now, these would run after it.
+            for cmd in rest:
+                if client.not_run(cmd.result):
+                    cmd.result = client._not_connected(f"Redis Cluster: {cmd.result}")
 
-    async def _one_slot(self, stack: list[Any]) -> bool:
         try:
-            slots = {await self._client._determine_slot(*cmd.args) for cmd in stack}
-        except (RedisError, Exception):  # noqa: BLE001 - a keyless command: do not guess
-            return False
-        return len(slots) == 1
+            await client.retrying(attempt)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - each command that has no result gets it
+            for cmd in todo:
+                if cmd.result is None or client.not_run(cmd.result):
+                    cmd.result = exc
 
 
 def cluster_client(
@@ -311,7 +452,9 @@ class SlotOwners:
 
     url: ClusterUrl
     timeout: float
+    retry_seconds: float = 0.0  # how long a connection is tried again (see _Pinned)
     known: list[tuple[str, int]] = field(default_factory=list)
+    reached: bool = False  # has any node answered yet
 
     async def master_of(self, slot: int) -> tuple[str, int]:
         errors: list[str] = []
@@ -332,6 +475,7 @@ class SlotOwners:
             finally:
                 with contextlib.suppress(Exception):
                     await node.aclose()
+            self.reached = True
             owner = self._owner(layout, slot)
             if owner is not None:
                 return owner
@@ -366,14 +510,29 @@ class _Pinned:
         super().__init__(*args, **kwargs)
 
     async def connect(self) -> None:
+        """Find the slot's master and connect to it, trying again for the retry window
+        while that fails (the master dead, no master yet: a failover): nothing was sent.
+        A cluster no node of which has answered yet is not waited for."""
         from ._connections import NotConnected
 
-        if not self.is_connected:  # type: ignore[attr-defined]
+        if self.is_connected:  # type: ignore[attr-defined]
+            return
+        owners = self.pinned_owners
+        deadline = time.monotonic() + owners.retry_seconds
+        pause = 0.05
+        while True:
             try:
-                self.host, self.port = await self.pinned_owners.master_of(self.pinned_slot)
-            except ConnectionError as exc:
-                raise NotConnected(str(exc)) from exc
-        await super().connect()  # type: ignore[misc]
+                try:
+                    self.host, self.port = await owners.master_of(self.pinned_slot)
+                except ConnectionError as exc:
+                    raise NotConnected(str(exc)) from exc
+                await super().connect()  # type: ignore[misc]
+                return
+            except NotConnected:
+                if not owners.reached or time.monotonic() + pause > deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -405,14 +564,16 @@ def pinned_pool(
     *,
     connection_class: type[Connection],
     max_connections: int | None,
+    retry_seconds: float = 0.0,
     **kwargs: Any,
 ) -> ConnectionPool:
     """A pool of connections to the master owning `{tag}`'s slot: bounded (waiting for
-    a free connection) with `max_connections`, else opening connections as needed."""
+    a free connection) with `max_connections`, else opening connections as needed. A
+    connection that cannot be made is tried again for `retry_seconds`."""
     base = connection_class
     if url.tls and not issubclass(base, SSLConnection):
         raise ValueError("a TLS cluster URL needs an SSL connection class")
-    owners = SlotOwners(url, float(kwargs.get("socket_connect_timeout") or 5.0))
+    owners = SlotOwners(url, float(kwargs.get("socket_connect_timeout") or 5.0), retry_seconds)
     kwargs.update(url.connection_kwargs())
     kwargs.pop("ssl", None)
     first = url.nodes[0]

@@ -256,6 +256,7 @@ def _single_node(
             tag or settings.prefix,
             connection_class=cls,
             max_connections=size,
+            retry_seconds=settings.cluster_retry_seconds,
             **kwargs,
         )
     elif size is None:

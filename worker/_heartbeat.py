@@ -7,7 +7,8 @@ not stop a beat (`_full.py`). A beat that
 fails (Redis slow, paused, restarting) is tried again at once, not a period later:
 else one lost beat plus one slow one would let the TTL lapse while the process is
 healthy, and for that moment a live group would look dead. Each try is also bounded
-by the period, so the retry is queued while the TTL still has a period to run.
+by the period, so the retry is queued while the TTL still has a period to run. An
+outage is logged once per process, as it starts and as it ends (`_outage.py`).
 """
 
 from __future__ import annotations
@@ -17,20 +18,13 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ._blocking import raise_if_cancelled
-from ._connections import CONNECTION_ERRORS
-from ._errors import AskError, ErrorCode
 from ._full import episode, is_full
+from ._outage import outage, unreachable
 
 log = logging.getLogger("askq.heartbeat")
 
 RETRY_FIRST = 0.05
 RETRY_MAX = 1.0
-
-
-def _unreachable(exc: BaseException) -> bool:
-    return isinstance(exc, CONNECTION_ERRORS) or (
-        isinstance(exc, AskError) and exc.code is ErrorCode.REDIS_UNAVAILABLE
-    )
 
 
 async def keep_beating(
@@ -52,14 +46,15 @@ async def keep_beating(
         except Exception as exc:  # noqa: BLE001 - a heartbeat keeps beating
             if is_full(exc):  # said once an episode, not per retry
                 episode.refused("heartbeat", f"heartbeat of {name}")
-            elif isinstance(exc, TimeoutError) or _unreachable(exc):
-                log.warning("%s: heartbeat failed (%s); trying again", name, exc or "timed out")
+            elif isinstance(exc, TimeoutError) or unreachable(exc):
+                outage.failed(f"{name}: heartbeat", exc if str(exc) else "timed out")
             else:
                 log.exception("%s: heartbeat failed; trying again", name)
             await _wait(stop, min(pause, RETRY_MAX, period))
             pause *= 2
             continue
         pause = RETRY_FIRST
+        outage.reached()
         await _wait(stop, period)
 
 

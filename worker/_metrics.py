@@ -51,6 +51,7 @@ from typing import Any
 from ._cluster import ClusterUrl, is_cluster_url, sync_master_client
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
+from ._outage import outage, unreachable
 from ._sentinel import is_sentinel_url, sync_sentinel_client
 from ._settings import Settings
 from ._shards import Layout
@@ -260,13 +261,17 @@ class RedisCollector:
         try:
             families = self._read()
         except Exception as exc:  # noqa: BLE001 - a scrape must answer, Redis or not
-            log.warning("metrics: cannot read Redis: %s", exc)
+            if unreachable(exc):
+                outage.failed("metrics", exc)  # once per outage, not per scrape
+            else:
+                log.warning("metrics: cannot read Redis: %s", exc)
             if is_cluster_url(self.settings.redis_url):
                 self._redis = None  # the next scrape asks which master holds the keys
                 self._by_tag.clear()
             up.add_metric([], 0)
             yield up
             return
+        outage.reached()
         up.add_metric([], 1)
         yield up
         yield from families

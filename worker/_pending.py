@@ -22,6 +22,7 @@ from ._errors import AskError, ErrorCode
 from ._full import episode, is_full
 from ._messages import WITHDRAWN_MESSAGE
 from ._models import AskRequest, Settlement
+from ._outage import outage
 from ._replies import Reply, ScriptReply
 from ._scripts import AskSend, RequestFacts
 from ._types import AbortSignal
@@ -142,13 +143,16 @@ class PendingAsk:
                     raise  # refused whole (Redis is full): nothing was published
                 self.maybe_sent = True
                 if not is_full(exc):  # (a full Redis is said once an episode: _full.py)
-                    log.warning(
-                        "ask %s: no reply from Redis (%s); sending it again", self.request_id, exc
-                    )
+                    outage.failed("an ask", exc)  # once per outage, not per ask and try
+                log.debug(
+                    "ask %s: no reply from Redis (%s); sending it again", self.request_id, exc
+                )
                 if await _aborted_within(signal, pause):
                     raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE) from None
                 pause = min(pause * 2, RESEND_MAX)
                 continue
+            if pause > RESEND_FIRST:
+                outage.reached()  # it was sent again, and Redis answered
             if reply.kind not in (Reply.OWNER, Reply.REDIRECT, Reply.GONE):
                 if reply.kind is Reply.OFFERED:
                     episode.wrote()  # a new request: Redis takes writes

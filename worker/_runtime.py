@@ -46,6 +46,7 @@ from ._heartbeat import keep_beating
 from ._hooks import HookResult, call_hook
 from ._marker import still_same_layout
 from ._models import Answers, AskRequest, Offer, Retraction, scope_matches
+from ._outage import outage, unreachable
 from ._recent import recent_in_shards
 from ._registry import GroupSpec
 from ._replies import Reply
@@ -388,7 +389,11 @@ class AnswererRuntime:
                         await self._spawn(side, entry_id, fields, recovered=True)
                     await registry.trim(self.priority)
             except (AskError, *CONNECTION_ERRORS) as exc:
-                if not is_full(exc):  # (said once an episode: _full.py)
+                if is_full(exc):
+                    pass  # (said once an episode: _full.py)
+                elif unreachable(exc):
+                    outage.failed(f"maintenance of {self.group}", exc)  # once per outage
+                else:
                     log.warning("maintenance of %s failed: %s", self.group, exc)
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("maintenance of %s failed", self.group)
@@ -480,7 +485,7 @@ class AnswererRuntime:
                 # pending entries again in a while, and handles it once Redis takes writes.
                 self._reread_later(side)
                 return
-            log.warning("offer %s of %s not handled: %s", request_id, self.group, exc)
+            outage.failed(f"offer {request_id} of {self.group}", exc)  # once per outage
         except Exception:  # noqa: BLE001 - one bad offer must not stop the worker
             log.exception("offer %s of %s failed; passing it on", request_id, self.group)
             await self._pass_on(request_id, entry_id)

@@ -20,12 +20,17 @@ on a plain Redis (worker/_connections.py):
 
 A connection learns the master's address when it connects, so a failover reaches each
 connection when its old master drops it (Sentinel kills the demoted master's clients)
-or refuses it a write. arq gets the same sentinels through its own `RedisSettings`.
+or refuses it a write. While a connection cannot be made (the sentinels name a master
+that is dead, or none yet) it asks them again, for `ASKQ_SENTINEL_RETRY_SECONDS`: an
+ask made during a failover waits for the new master, as on a Redis Cluster. arq gets
+the same sentinels through the same connections.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -34,6 +39,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 from redis.exceptions import BusyLoadingError, ReadOnlyError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._errors import AskError, ErrorCode
 from ._settings import Settings
@@ -118,10 +124,46 @@ def failover_reply(exc: BaseException) -> bool:
     return isinstance(exc, ResponseError) and bool(_FAILOVER_REPLY.search(str(exc)))
 
 
+class _Sentinels(Sentinel):
+    """redis-py's sentinel manager, noting whether a sentinel has answered that it
+    monitors the service (then "no master found" is a failover under way, not a URL
+    naming a service nobody monitors)."""
+
+    monitors = False
+
+    def check_master_state(self, state: dict[str, Any], service_name: str) -> bool:
+        self.monitors = True  # called only with a sentinel's state of the service
+        return bool(super().check_master_state(state, service_name))
+
+
 class _SentinelMaster(SentinelManagedConnection):
-    """A master connection that treats `NOREPLICAS` as the failover it is: the master
-    refused the write because its replicas are gone or lagging (`min-replicas-to-write`),
-    so nothing was written, and the next connection asks the sentinels again."""
+    """A master connection that waits through a failover: while the connection cannot
+    be made (the sentinels know no master, or name one that refuses: it died and is
+    not yet replaced) it asks the sentinels again, for `ASKQ_SENTINEL_RETRY_SECONDS`.
+    Nothing was sent, so nothing can run twice. It is not waited for when no sentinel
+    has ever said it monitors the service and no master was ever reached (nothing
+    answering where the URL points, or a service name nobody monitors: at once, as a
+    single Redis that is not there).
+
+    It also treats `NOREPLICAS` as the failover it is: the master refused the write
+    because its replicas are gone or lagging (`min-replicas-to-write`), so nothing was
+    written, and the next connection asks the sentinels again."""
+
+    async def connect(self) -> None:
+        pool = self.connection_pool
+        deadline = time.monotonic() + pool.retry_seconds
+        pause = 0.05
+        while True:
+            try:
+                await super().connect()  # type: ignore[no-untyped-call]
+                pool.reached = True
+                return
+            except (RedisConnectionError, RedisTimeoutError, OSError):
+                waits = pool.reached or pool.sentinel_manager.monitors
+                if not waits or time.monotonic() + pause > deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -136,7 +178,11 @@ class _SentinelMaster(SentinelManagedConnection):
 class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
     """redis-py's sentinel pool, bounded and waiting when every connection is busy
     (its `get_connection` is the blocking pool's; connecting asks the sentinels).
-    Closing it closes its sentinel connections too."""
+    Closing it closes its sentinel connections too. `retry_seconds`: how long its
+    connections try again to reach a master (`_SentinelMaster`)."""
+
+    retry_seconds = 0.0
+    reached = False  # has a connection of this pool reached a master yet
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
         await super().disconnect(inuse_connections)
@@ -147,12 +193,12 @@ class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
                 await sentinel.aclose(close_connection_pool=True)
 
 
-def _manager(target: SentinelTarget, settings: Settings) -> Sentinel:
+def _manager(target: SentinelTarget, settings: Settings) -> _Sentinels:
     timeouts = {
         "socket_timeout": settings.socket_timeout,
         "socket_connect_timeout": settings.socket_timeout,
     }
-    return Sentinel(list(target.sentinels), sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
+    return _Sentinels(list(target.sentinels), sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
 
 
 def sentinel_client(
@@ -194,6 +240,7 @@ def sentinel_client(
         timeout=None,
         **kwargs,
     )
+    pool.retry_seconds = settings.sentinel_retry_seconds
     return client_class(connection_pool=pool)
 
 

@@ -50,6 +50,14 @@ class Settings(BaseSettings):
         " unreachable or failing over, the cluster down) is tried again before it fails"
         " REDIS_UNAVAILABLE. Allow for the cluster's node timeout and a promotion.",
     )
+    sentinel_retry_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Under Redis Sentinel: how long a connection to the master that"
+        " cannot be made (the master down, no master yet: a failover) is tried again,"
+        " asking the sentinels each time, before the command fails REDIS_UNAVAILABLE."
+        " Allow for down-after-milliseconds and the promotion.",
+    )
     settled_ttl: int = Field(
         default=86400, ge=1, description="Seconds a settled request stays readable."
     )

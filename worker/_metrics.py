@@ -51,7 +51,6 @@ from typing import Any
 from ._cluster import ClusterUrl, is_cluster_url, sync_master_client
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
-from ._outage import outage, unreachable
 from ._sentinel import is_sentinel_url, sync_sentinel_client
 from ._settings import Settings
 from ._shards import Layout
@@ -256,6 +255,10 @@ class RedisCollector:
 
     def collect(self) -> Any:
         from prometheus_client.core import GaugeMetricFamily
+
+        # Here, not at the top: _outage needs _connections, which needs _full, which
+        # records into this module (a cycle at import time).
+        from ._outage import outage, unreachable
 
         up = GaugeMetricFamily("askq_redis_up", "1 when the scrape could read Redis.")
         try:

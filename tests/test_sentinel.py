@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sentinel_servers import SentinelSet
@@ -111,6 +112,72 @@ async def test_no_sentinel_answering_is_not_connected_and_redis_unavailable() ->
     assert err.value.code is ErrorCode.REDIS_UNAVAILABLE
     assert isinstance(err.value.__cause__, NotConnected)
     assert "No master found for 'svc'" in err.value.message and "pw" not in err.value.message
+
+
+async def _stale_and_fresh_sentinels(old_port: int, new_port: int) -> tuple[Any, list[int]]:
+    """Two stand-in sentinels speaking RESP on loopback, as they stand right after a
+    failover: the first has not heard of it yet and still names the old master (config
+    epoch 1), the second names the promoted one (epoch 2)."""
+
+    def state(port: int, epoch: int) -> bytes:
+        fields = {
+            "name": "mymaster", "ip": "127.0.0.1", "port": str(port), "flags": "master",
+            "num-other-sentinels": "1", "quorum": "1", "config-epoch": str(epoch),
+        }  # fmt: skip
+        items = [x.encode() for pair in fields.items() for x in pair]
+        return b"*1\r\n*%d\r\n" % len(items) + b"".join(
+            b"$%d\r\n%s\r\n" % (len(x), x) for x in items
+        )
+
+    async def serve(reply: bytes, reader: asyncio.StreamReader, writer: Any) -> None:
+        try:
+            while line := await reader.readline():
+                if not line.startswith(b"*"):
+                    continue
+                words = []
+                for _ in range(int(line[1:])):
+                    await reader.readline()  # $len
+                    words.append((await reader.readline()).strip().upper())
+                if words[:2] == [b"SENTINEL", b"MASTERS"]:
+                    writer.write(reply)
+                else:  # PING, CLIENT SETINFO, ...
+                    writer.write(b"+OK\r\n")
+                await writer.drain()
+        finally:
+            writer.close()
+
+    servers, ports = [], []
+    for port, epoch in ((old_port, 1), (new_port, 2)):
+        reply = state(port, epoch)
+        server = await asyncio.start_server(
+            lambda r, w, reply=reply: serve(reply, r, w), "127.0.0.1", 0
+        )
+        servers.append(server)
+        ports.append(server.sockets[0].getsockname()[1])
+    return servers, ports
+
+
+async def test_the_newest_configuration_names_the_master(tmp_path: Path) -> None:
+    """Right after a failover the sentinels disagree for a moment: one that has not yet
+    heard of it names the old master, which a supervisor has already restarted (empty,
+    no persistence, a master until the sentinels demote it). Asking the first sentinel
+    that answers (redis-py's way) wrote asks to that node, whose data the sentinels then
+    wiped: every question asked there was lost (the kill test's NOT_FOUND, 52 of 150
+    once). The master of the highest config epoch is the one connected to."""
+    from bench._redis_server import RedisServer
+
+    if redis_server_binary() is None:
+        pytest.skip("redis-server is not on PATH")
+    with RedisServer(tmp_path / "old") as old, RedisServer(tmp_path / "new") as new:
+        new.client().set("where", "the promoted master")
+        servers, ports = await _stale_and_fresh_sentinels(old.port, new.port)
+        try:
+            url = f"redis+sentinel://127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/mymaster/0"
+            async with Seam(settings=Settings(redis_url=url, socket_timeout=2)) as seam:
+                assert await seam.redis.get("where") == "the promoted master"
+        finally:
+            for server in servers:
+                server.close()
 
 
 # --- a Sentinel set on loopback --------------------------------------------------------

@@ -36,7 +36,12 @@ from typing import Any
 from urllib.parse import unquote
 
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.asyncio.sentinel import (
+    MasterNotFoundError,
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+)
 from redis.exceptions import BusyLoadingError, ReadOnlyError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -127,13 +132,47 @@ def failover_reply(exc: BaseException) -> bool:
 class _Sentinels(Sentinel):
     """redis-py's sentinel manager, noting whether a sentinel has answered that it
     monitors the service (then "no master found" is a failover under way, not a URL
-    naming a service nobody monitors)."""
+    naming a service nobody monitors), and believing the newest configuration.
+
+    redis-py takes the first sentinel's word for where the master is. Right after a
+    failover a sentinel that has not yet heard of it still names the old master; once
+    a supervisor has restarted that node (empty, without persistence, and a master
+    until the sentinels make it a replica), a client that believed it wrote asks to a
+    node whose data the sentinels then wipe: every question asked there was lost. So
+    every sentinel is asked and the master of the highest `config-epoch` (the failover
+    that happened last) wins."""
 
     monitors = False
 
     def check_master_state(self, state: dict[str, Any], service_name: str) -> bool:
         self.monitors = True  # called only with a sentinel's state of the service
         return bool(super().check_master_state(state, service_name))
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        async def ask(sentinel: Any) -> dict[str, Any] | BaseException:
+            try:
+                masters: dict[str, Any] = await sentinel.sentinel_masters()
+                return masters.get(service_name) or {}
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                return exc
+
+        answers = await asyncio.gather(*(ask(s) for s in self.sentinels))
+        valid = [
+            state
+            for state in answers
+            if isinstance(state, dict) and state and self.check_master_state(state, service_name)
+        ]
+        if valid:
+            newest = max(valid, key=lambda state: int(state.get("config-epoch", 0)))
+            return newest["ip"], int(newest["port"])
+        errors = [
+            f"{sentinel} - {answer!r}"
+            for sentinel, answer in zip(self.sentinels, answers, strict=True)
+            if isinstance(answer, BaseException)
+        ]
+        raise MasterNotFoundError(
+            f"No master found for {service_name!r}" + (f" : {', '.join(errors)}" if errors else "")
+        )
 
 
 class _SentinelMaster(SentinelManagedConnection):

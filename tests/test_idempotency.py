@@ -4,6 +4,8 @@ settlement after; a caller that is gone has its asks cancelled by the sweeper.""
 from __future__ import annotations
 
 import asyncio
+import random
+from typing import Any
 
 import pytest
 from conftest import NO, SEED, YES, YES_JSON, Backend, running
@@ -115,6 +117,95 @@ async def test_live_caller_is_left_alone(backend: Backend, seam: Seam) -> None:
         assert await Sweeper(seam).cancel_gone_callers() == 0
         await human.answer(offer.request_id, YES)
         assert (await task).to_json() == YES_JSON
+
+
+async def test_a_caller_asking_as_the_sweeper_finds_it_not_live_is_left_alone(
+    backend: Backend, seam: Seam, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race of a caller that forgot itself (nothing pending: its heartbeat key
+    deleted) and asks again while a sweeper looks at it: the sweeper listed it, found
+    its heartbeat gone, and the caller's new ask lands right then. Interleaved here
+    step by step: the ask is published between the sweeper's look at the heartbeat and
+    what it does about it. Before, the sweeper then cancelled everything in the
+    caller's asked set, the fresh ask with it ("caller gone" 29 ms after it was asked);
+    now the look and the cancel are one step, which finds the caller live again."""
+    human = MemoryAnswerer()
+    async with running(seam, human, "desk"), backend.seam() as caller_seam:
+        keys = caller_seam.shard_of_turn("t1").keys  # the ask's shard (ASKQ_SHARDS)
+        process = caller_seam.process_id
+        # Listed among the callers, its heartbeat gone: what the sweeper read just
+        # before the caller forgot itself.
+        await seam.redis.sadd(keys.callers, process)  # type: ignore[misc]
+        sweeper = Sweeper(seam)
+        real_exists = seam.redis.exists
+        asks: list[asyncio.Task[Any]] = []
+        offers = []
+
+        async def exists(*names: str) -> int:
+            found = await real_exists(*names)
+            if names == (keys.alive(process),) and not asks:
+                # The caller asks now, after the sweeper saw no heartbeat.
+                asks.append(asyncio.create_task(caller_seam.ask(SEED, caller())))
+                offers.append(await human.next_presented())
+            return int(found)
+
+        monkeypatch.setattr(seam.redis, "exists", exists)
+        assert await sweeper.cancel_gone_callers() == 0
+        assert asks, "the sweeper never looked at the caller's heartbeat"
+        monkeypatch.undo()
+        assert not asks[0].done()  # still waiting for its human, not cancelled
+        await human.answer(offers[0].request_id, YES)
+        assert (await asks[0]).to_json() == YES_JSON
+
+
+async def test_callers_asking_again_and_again_under_sweeping_sweepers_are_never_gone(
+    backend: Backend, seam: Seam
+) -> None:
+    """The same race, run many times: callers ask one question after another (each
+    answered at once, so between two asks a caller has nothing pending and forgets
+    itself; a jitter of a few ms lets that land before the next ask) while sweepers
+    look for gone callers without pause. No ask is ever cancelled."""
+    rules = MemoryAnswerer(reply=lambda offer: YES)
+    stop = asyncio.Event()
+    sweeps = 0
+    rng = random.Random(5)
+
+    async def sweeping(sweeper: Sweeper) -> int:
+        nonlocal sweeps
+        cancelled = 0
+        while not stop.is_set():
+            cancelled += await sweeper.cancel_gone_callers()
+            sweeps += 1
+            await asyncio.sleep(0)
+        return cancelled
+
+    async def asking(caller_seam: Seam, n: int) -> list[str]:
+        outcomes = []
+        for i in range(60):
+            try:
+                outcomes.append((await caller_seam.ask(SEED, caller(f"t{n}-{i}"))).to_json())
+            except AskError as exc:
+                outcomes.append(f"{exc.code.value}: {exc.message}")
+            await asyncio.sleep(rng.random() * 0.004)
+        return outcomes
+
+    async with (
+        running(seam, rules, "rules"),
+        backend.seam() as one,
+        backend.seam() as two,
+        backend.seam() as three,
+    ):
+        sweepers = [asyncio.create_task(sweeping(Sweeper(seam))) for _ in range(2)]
+        try:
+            outcomes = await asyncio.gather(
+                *(asking(s, n) for n, s in enumerate([one, two, three]))
+            )
+        finally:
+            stop.set()
+            cancelled = sum(await asyncio.gather(*sweepers))
+    assert sweeps > 10
+    assert cancelled == 0
+    assert [o for each in outcomes for o in each] == [YES_JSON] * 180
 
 
 async def test_tool_call_id_makes_the_tool_idempotent(seam: Seam) -> None:

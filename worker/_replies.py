@@ -46,7 +46,8 @@ class Reply(StrEnum):
     CONFLICT = "CONFLICT"  # the group is registered otherwise: priority, info JSON
     REMOVED = "REMOVED"
     MOVED = "MOVED"  # set_priority: the group is at its new priority
-    LIVE = "LIVE"  # not removed, a replica is live: how many
+    LIVE = "LIVE"  # not removed, a replica is live: how many (reap_caller: the caller is)
+    REAPED = "REAPED"  # reap_caller: the gone caller's asks cancelled: how many
 
 
 @dataclass(frozen=True, slots=True)

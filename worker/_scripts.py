@@ -43,6 +43,7 @@ NAMES = (
     "fire",
     "abort_turn",
     "forget_caller",
+    "reap_caller",
     "register",
     "leave",
     "remove_group",
@@ -350,14 +351,57 @@ class Scripts:
                 return reply
         raise AskError(ErrorCode.INTERNAL, f"turn {turn_id!r} kept changing while aborting")
 
-    async def forget_caller(self, process: str, *, own: bool) -> bool:
+    async def forget_caller(self, process: str) -> bool:
         k = self.keys
         forgotten = await self.call(
             "forget_caller",
             {"alive": k.alive(process), "asked": k.asked(process)},
-            {"process": process, "own": "1" if own else "0"},
+            {"process": process},
         )
         return bool(forgotten)
+
+    async def reap_caller(
+        self, process: str, code: str, settlement: str, by: str, reason: str
+    ) -> ScriptReply:
+        """A caller process found not live: if it still is not, its pending asks
+        cancelled and the process forgotten, in one step (lua/reap_caller.lua); LIVE
+        when it is live again (it asked meanwhile)."""
+        k = self.keys
+        for attempt in range(8):
+            tiers = await self.tier_streams(refresh=attempt > 0)
+            more: list[str] = []
+            asked = await self.requests.asked(process)
+            for request_id, inbox, turn, idem in asked:
+                inbox = inbox or k.inbox(process)
+                more += [
+                    k.request(request_id),
+                    k.reply(request_id),
+                    inbox,
+                    k.turn(turn or ""),
+                    k.payload(request_id),
+                    k.timeout_body(request_id),
+                    idem or k.idem(None),
+                    k.audit(request_id),
+                ]
+            reply = ScriptReply.of(
+                await self.call(
+                    "reap_caller",
+                    {"alive": k.alive(process), "asked": k.asked(process)},
+                    {
+                        "process": process,
+                        "code": code,
+                        "settlement": settlement,
+                        "by": by,
+                        "reason": reason,
+                        "n_tiers": len(tiers),
+                    },
+                    more_keys=more,
+                    more_args=[request_id for request_id, _, _, _ in asked],
+                )
+            )
+            if reply.kind is not Reply.STALE:
+                return reply
+        raise AskError(ErrorCode.INTERNAL, f"caller {process!r} kept changing while reaping it")
 
     # --- a group's transitions ----------------------------------------------------------
 

@@ -97,6 +97,56 @@ async def test_two_accepting_groups_first_answer_wins_other_is_told(seam: Seam) 
         assert slack.retracted.empty()  # the winner is not told it lost
 
 
+class GatedRows:
+    """A replica's reader of request rows whose reads on a blocking loop's connection
+    (the events loop's check of what it shows) wait at a gate: the test decides what
+    happens between the read being asked for and its answer."""
+
+    def __init__(self, requests: Any) -> None:
+        self._requests = requests
+        self.asked = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.answered = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._requests, name)
+
+    async def row(self, request_id: str, conn: Any = None) -> Any:
+        if conn is None:
+            return await self._requests.row(request_id)
+        self.asked.set()
+        await self.gate.wait()
+        try:
+            return await self._requests.row(request_id, conn)
+        finally:
+            self.answered.set()
+
+
+async def test_the_group_whose_answer_won_is_never_told_it_lost(seam: Seam) -> None:
+    """A replica that starts showing a question catches up on the events stream by
+    checking what it shows against each request's state. When the group's answer lands
+    while that check is reading the row (it read the request ANSWERED), the replica
+    was told its own answer's request had been "answered elsewhere" (it was told it
+    lost), though it had stopped showing it before answering. Interleaved step by
+    step: the check's read is held until the answer has landed."""
+    slack = MemoryAnswerer(by="slack:U1")
+    async with running(seam, slack, "slack") as runtime:
+        gated = []
+        for side in runtime.sides:  # one per shard (ASKQ_SHARDS)
+            side.shown.requests = rows = GatedRows(side.shown.requests)
+            gated.append(rows)
+        task = await ask_task(seam)
+        offer = await slack.next_presented()
+        rows = gated[seam.layout.of_request(offer.request_id)]
+        await asyncio.wait_for(rows.asked.wait(), 5)  # the check of what it shows
+        await slack.answer(offer.request_id, YES)  # landed while the check reads
+        rows.gate.set()
+        await rows.answered.wait()
+        await asyncio.gather(*list(runtime._tasks))  # what the check set off, if anything
+        assert (await task).to_json() == YES_JSON
+        assert slack.retracted.empty()  # the winner is not told it lost
+
+
 async def test_duplicate_answer_is_refused_and_first_stands(seam: Seam) -> None:
     mem = MemoryAnswerer(by="alice")
     async with running(seam, mem, "mem"):

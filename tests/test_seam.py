@@ -10,6 +10,7 @@ import pytest
 from conftest import NO, NO_JSON, SEED, YES, YES_JSON, Backend, running
 
 from askq import AskError, AskUserQuestionTool, Caller, ErrorCode, Seam, Settlement, SyncSeam
+from askq._resend import REPLY_MIN_TTL_S
 from askq.answerers.memory import MemoryAnswerer
 
 pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
@@ -371,7 +372,8 @@ async def test_many_pending_asks_share_a_few_connections(backend: Backend) -> No
 async def test_settled_state_expires(backend: Backend) -> None:
     async with backend.seam(settled_ttl=1, abort_ttl=1) as seam:
         async with running(seam, MemoryAnswerer(reply=lambda o: YES), "mem"):
-            await seam.ask(SEED, caller("t-expire"))
+            ids: list[str] = []
+            await seam.ask(SEED, caller("t-expire"), on_published=ids.append)
             await seam.abort_turn("t-aborted")
             per_request = [k for k in backend.keys() if ":req:" in k or ":reply:" in k]
             assert per_request, "settled state should be readable before it expires"
@@ -380,15 +382,17 @@ async def test_settled_state_expires(backend: Backend) -> None:
                 left = [
                     k
                     for k in backend.keys()
-                    if any(
-                        part in k for part in (":req:", ":reply:", ":inbox:", ":turn:", ":aborted:")
-                    )
+                    if any(part in k for part in (":req:", ":inbox:", ":turn:", ":aborted:"))
                 ]
                 if not left:
                     break
                 await asyncio.sleep(0.2)
             assert left == []
             assert await seam.redis.zcard(seam.keys.pending) == 0
+            # The reply outlasts the request for the repeat window of an ask whose reply
+            # was lost (_resend.py), and expires after it too.
+            reply = seam.shard_of_request(ids[0]).keys.reply(ids[0])
+            assert 0 < await seam.redis.ttl(reply) <= REPLY_MIN_TTL_S
 
 
 def test_sync_seam_round_trip(backend: Backend) -> None:

@@ -3,8 +3,10 @@
 REDIS_UNAVAILABLE means the question was not published: only a connection that could
 not be made (NotConnected) proves that. When Redis stops answering after the ask was
 sent (a timeout, a connection lost with the reply), the script may have run, so the
-ask is sent again, marked as a repeat, until Redis answers; a repeat of a request that
-exists attaches to it. An ask never fails while its question is answerable.
+ask is sent again, marked as a repeat, until Redis answers (`_resend.py`: for at most
+its window); a repeat of a request that exists attaches to it, and one whose request
+settled and expired meanwhile gets its settlement: a repeat never asks anew once the
+first send may have created the request.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ import asyncio
 import hashlib
 import json
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from ._checks import duration_ms
-from ._connections import CONNECTION_ERRORS, NotConnected
+from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
 from ._messages import WITHDRAWN_MESSAGE
 from ._models import AskRequest, Settlement
 from ._replies import Reply, ScriptReply
+from ._resend import FIRST_PAUSE, MAX_PAUSE, never_sent, window_over
 from ._scripts import AskSend, RequestFacts
 from ._types import AbortSignal
 
@@ -30,8 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("askq.seam")
 
 MAX_HOPS = 8  # OWNER / REDIRECT / GONE in a row: more means the registry keeps changing
-RESEND_FIRST = 0.05
-RESEND_MAX = 2.0
 
 
 def fingerprint(request: AskRequest) -> str:
@@ -71,6 +73,7 @@ class PendingAsk:
         "first_id",
         "inbox",
         "maybe_sent",
+        "first_try",
         "future",
         "_payload",
         "_turn",
@@ -90,6 +93,7 @@ class PendingAsk:
         self.request_id = self.first_id = request.id
         self.inbox = asking.inbox
         self.maybe_sent = False  # a send of this request id may have run
+        self.first_try = 0.0  # when it was first sent (monotonic; 0: not yet)
         caller = request.caller
         self._payload = request.model_dump_json(by_alias=True, exclude_defaults=True)
         self._turn, self._agent = caller.turn_id, caller.agent_id
@@ -118,31 +122,37 @@ class PendingAsk:
     def _switch(self, request_id: str, mode: str) -> None:
         self.forget()
         self.request_id, self._mode, self.maybe_sent = request_id, mode, False
+        self.first_try = 0.0
         self.future = self.asking.waiter.expect(request_id)
 
     async def publish(self, signal: AbortSignal | None) -> ScriptReply:
         """Run ask.lua until it gives an outcome: declaring the owner it names (OWNER),
         on the request the index names (REDIRECT) or on a new one (GONE), and again
         after a send whose reply was lost."""
-        hops, pause = 0, RESEND_FIRST
+        hops, pause = 0, FIRST_PAUSE
         while True:
             try:
                 async with self.asking.publishing:  # bounded: see Asking.publishing
                     if signal is not None and signal.is_set() and not self.maybe_sent:
                         raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE)
+                    if not self.first_try:
+                        self.first_try = time.monotonic()
                     reply = await self.asking.scripts.ask(self._send())
             except AskError as exc:
                 if exc.code is not ErrorCode.REDIS_UNAVAILABLE:
                     raise
-                if not self.maybe_sent and isinstance(exc.__cause__, NotConnected):
+                if not self.maybe_sent and never_sent(exc):
                     raise  # never sent: nothing was published
                 self.maybe_sent = True
+                over = window_over(self.first_try, exc)
+                if over is not None:
+                    raise over from exc.__cause__  # (withdrawn in the background: ask())
                 log.warning(
                     "ask %s: no reply from Redis (%s); sending it again", self.request_id, exc
                 )
                 if await _aborted_within(signal, pause):
                     raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE) from None
-                pause = min(pause * 2, RESEND_MAX)
+                pause = min(pause * 2, MAX_PAUSE)
                 continue
             if reply.kind not in (Reply.OWNER, Reply.REDIRECT, Reply.GONE):
                 return reply

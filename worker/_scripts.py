@@ -424,7 +424,14 @@ class Scripts:
         )
 
     async def answer(
-        self, request_id: str, group: str, settlement: str, by: str, tier: int | None
+        self,
+        request_id: str,
+        group: str,
+        settlement: str,
+        by: str,
+        tier: int | None,
+        *,
+        resent: bool = False,
     ) -> ScriptReply:
         """The group answers on its claim, which it holds at its own tier: `tier` when
         the caller knows it (a group does), else the request's, read (once more after
@@ -442,11 +449,25 @@ class Scripts:
         return await self._run(
             "answer",
             keys,
-            {"request_id": request_id, "group": group, "settlement": settlement, "by": by},
+            {
+                "request_id": request_id,
+                "group": group,
+                "settlement": settlement,
+                "by": by,
+                "resent": "1" if resent else "0",
+            },
         )
 
     async def claim_answer(
-        self, request_id: str, group: str, tier: int, offer: str, settlement: str, by: str
+        self,
+        request_id: str,
+        group: str,
+        tier: int,
+        offer: str,
+        settlement: str,
+        by: str,
+        *,
+        resent: bool = False,
     ) -> ScriptReply:
         keys = self._of_request(request_id, tier=self.keys.tier(tier))
         return await self._run(
@@ -459,6 +480,7 @@ class Scripts:
                 "offer": offer,
                 "settlement": settlement,
                 "by": by,
+                "resent": "1" if resent else "0",
             },
         )
 

@@ -67,6 +67,14 @@ if redis.call('EXISTS', K.req) == 1 then
   register_caller()
   return {'ATTACHED', r.tier or ''}
 end
+if A.resent == '1' then
+  -- A repeat of a send that may have run, and no request: if the first send created it,
+  -- it settled and expired since, and its reply (which outlasts it by the repeat
+  -- window, common.lua) is this ask's outcome. Request ids are never reused: a reply
+  -- under this id is that request's. The request is never asked anew.
+  local body = redis.call('GET', K.reply)
+  if body then return {'SETTLED', body} end
+end
 if A.mode == 'attach' then
   -- The request the index named has expired (the index with it, or about to): its
   -- reply may outlast the hash by a moment; otherwise the caller asks anew.

@@ -22,6 +22,11 @@ local recent_max = tonumber(A.recent_max)
 -- Entries kept in one request's trail (a transition per group and tier at most, so
 -- only a very wide waterfall reaches it; the latest are kept).
 local AUDIT_MAX = 200
+-- A reply key lasts at least this long (s) whatever settled_ttl: a caller whose send
+-- lost its reply sends it again for up to _resend.py's REPEAT_WINDOW_S (120 s), and the
+-- repeat must find what its first send settled, not ask anew (ask.lua), even once the
+-- request itself has expired. (_resend.py: REPLY_MIN_TTL_S, the same figure.)
+local REPLY_MIN_TTL = 150
 
 local declared = {}
 for _, key in ipairs(KEYS) do
@@ -295,7 +300,8 @@ end
 
 -- The one settlement: reply written, caller woken, indexes and timers released,
 -- answerers told, the trail's last entry written and the trail and the request kept
--- for settled_ttl (and listed among the recent ones, a capped index that forgets what
+-- for settled_ttl (the reply at least REPLY_MIN_TTL; the group it settled through in
+-- the hash's `group`) (and listed among the recent ones, a capped index that forgets what
 -- expired). k = {req, reply, inbox, turn, pending, events, timers, asked, payload,
 -- timeout_body, idem, audit, audit_log, recent}. `note`: the trail entry's facts
 -- (group: the group it settled through; reason: why it was cancelled; defaulted).
@@ -306,7 +312,8 @@ local function settle(k, request_id, state, code, body, by, note, r)
   redis.call('SREM', k.asked, request_id)
   local now = now_ms()
   redis.call('HSET', k.req, 'state', state, 'code', code, 'by', by,
-    'settled_ms', now, 'undecided', '', 'claimers', '', 'reason', note.reason or '')
+    'settled_ms', now, 'undecided', '', 'claimers', '', 'reason', note.reason or '',
+    'group', note.group or '')
   redis.call('EXPIRE', k.req, settled_ttl)
   redis.call('EXPIRE', k.payload, settled_ttl)  -- a late answer is still validated
   -- The idempotency index lasts as long as the request: the same key asked again
@@ -316,7 +323,7 @@ local function settle(k, request_id, state, code, body, by, note, r)
   -- The timeout body exists only for an ask with a timeout: a request known (`r`) to
   -- have none ('0', ask.lua) skips the DEL; unknown, or asked before the field, deletes.
   if not r or r.timeout ~= '0' then redis.call('DEL', k.timeout_body) end
-  redis.call('SET', k.reply, body, 'EX', settled_ttl)
+  redis.call('SET', k.reply, body, 'EX', math.max(settled_ttl, REPLY_MIN_TTL))
   redis.call('RPUSH', k.inbox, request_id .. ' ' .. body)
   redis.call('EXPIRE', k.inbox, settled_ttl)
   redis.call('SREM', k.turn, request_id)

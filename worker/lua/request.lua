@@ -21,6 +21,19 @@ local function gone(r)
   return {'SETTLED', r.state, r.by, r.code, r.reason}
 end
 
+-- A group's answer sent again because the reply to an earlier send was lost
+-- (resent = '1'): true if that send landed, the request settled with exactly this
+-- answer through this group (or, expired since, its reply, which outlasts it, is this
+-- answer). For answer and claim_answer, which declare reply and the arguments resent
+-- and settlement.
+local function landed(r, group)
+  if A.resent ~= '1' then return false end
+  if r.state and (r.state ~= 'ANSWERED' or redis.call('HGET', K.req, 'group') ~= group) then
+    return false
+  end
+  return redis.call('GET', K.reply) == A.settlement
+end
+
 -- Before writing: the stream of the request's current tier must be declared, and the
 -- caller's inbox must be the one the request replies to now (an idempotent ask from a
 -- restarted caller moves it). Else the script changes nothing and returns STALE.

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("askq.seam")
 
 MAX_HOPS = 8  # OWNER / REDIRECT / GONE in a row: more means the registry keeps changing
+FIRST_WAIT, MAX_WAIT = 0.05, 0.5  # asking again while a lost registry fills up (WAIT)
 
 
 def fingerprint(request: AskRequest) -> str:
@@ -129,7 +130,7 @@ class PendingAsk:
         """Run ask.lua until it gives an outcome: declaring the owner it names (OWNER),
         on the request the index names (REDIRECT) or on a new one (GONE), and again
         after a send whose reply was lost."""
-        hops, pause = 0, FIRST_PAUSE
+        hops, pause, wait = 0, FIRST_PAUSE, FIRST_WAIT
         while True:
             try:
                 async with self.asking.publishing:  # bounded: see Asking.publishing
@@ -153,6 +154,14 @@ class PendingAsk:
                 if await _aborted_within(signal, pause):
                     raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE) from None
                 pause = min(pause * 2, MAX_PAUSE)
+                continue
+            if reply.kind is Reply.WAIT:
+                # The registry was lost a moment ago and its groups register again
+                # within a heartbeat: ask again (the script bounds how long).
+                left = int(reply.value(0, "0")) / 1000
+                if await _aborted_within(signal, min(max(left, 0.01), wait)):
+                    raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE)
+                wait = min(wait * 2, MAX_WAIT)
                 continue
             if reply.kind not in (Reply.OWNER, Reply.REDIRECT, Reply.GONE):
                 return reply

@@ -12,6 +12,7 @@ of a lost Redis into REDIS_UNAVAILABLE.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from ._connections import redis_errors
+from ._checks import duration_ms
+from ._connections import redis_errors, server_ms
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
 from ._lua import Script, load
@@ -99,6 +101,7 @@ class Scripts:
         self.pipeline = ScriptPipeline(redis)
         self._registered: dict[str, AsyncScript] = {}
         self._tiers: list[str] | None = None
+        self._registry_seen = ""  # the registry's marker as last read with the tiers
         self._reading_tiers: asyncio.Future[list[str]] | None = None
         k = keys
         self._deployment = {
@@ -112,6 +115,7 @@ class Scripts:
             "callers": k.callers,
             "audit_log": k.audit_log,
             "recent": k.recent,
+            "registry": k.registry,
         }
         self._common: dict[str, Any] = {
             "tier_prefix": k.tier_prefix,
@@ -135,8 +139,17 @@ class Scripts:
         return await asyncio.shield(self._reading_tiers)
 
     async def _read_tiers(self) -> list[str]:
+        """The tiers, and the registry's marker they are in (written if there is none
+        yet: an ask can then tell that registry lost from one with no group)."""
+        k = self.keys
         with redis_errors(self.settings):
-            priorities = {int(p) for p in await self.redis.hvals(self.keys.groups)}  # type: ignore[misc]
+            priorities = {int(p) for p in await self.redis.hvals(k.groups)}  # type: ignore[misc]
+            marker = await self.redis.get(k.registry)
+            if marker is None:
+                mine = f"{await server_ms(self.redis)}:{uuid.uuid4().hex}"
+                await self.redis.set(k.registry, mine, nx=True)
+                marker = await self.redis.get(k.registry)
+        self._registry_seen = marker or ""
         self._tiers = [self.keys.tier(p) for p in sorted(priorities)]
         return self._tiers
 
@@ -280,6 +293,10 @@ class Scripts:
                 "resent": "1" if send.resent else "0",
                 "gone": send.gone,
                 "agent_prefix": k.agent(""),
+                "registry_seen": self._registry_seen,
+                # A lost registry's groups register again within a heartbeat (a third
+                # of their TTL) and a beat may wait out a TTL: wait that long for them.
+                "registry_wait_ms": duration_ms(self.settings.consumer_ttl * 4 / 3, "ttl"),
             },
         )
 

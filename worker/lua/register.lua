@@ -8,7 +8,7 @@
 -- registry holds changes nothing and is told what the group is (CONFLICT). Its kind
 -- and timings (decision window, escalation, reminder) are the last starter's.
 --
--- uses: groups group_info live consumers stream beats
+-- uses: groups group_info live consumers stream beats registry
 -- args: group priority info identity consumer ttl_ms mode
 -- replies: OK restored | CONFLICT priority info
 local GROUPS, INFO, LIVE, CONSUMERS, STREAM = K.groups, K.group_info, K.live, K.consumers, K.stream
@@ -50,6 +50,10 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local live_until = now + ttl
+-- The registry's marker: written once per data set, with the time it was first written
+-- (a caller that saw another one knows the registry was lost, and waits a moment for
+-- its groups to register again before it says nobody can answer: ask.lua).
+redis.call('SET', K.registry, now .. ':' .. consumer, 'NX')
 redis.call('ZADD', CONSUMERS, live_until, consumer)
 redis.call('ZADD', LIVE, 'GT', live_until, group)
 -- When each replica last beat (`askq status` shows its age). At a start, forget the

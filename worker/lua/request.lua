@@ -71,7 +71,8 @@ local function move_on(r, shown, note)
 end
 
 -- The group leaves the undecided set of the current offer (`event`: it 'declined',
--- or its decision window closed, 'window_missed'); the last one out with no claim held
+-- its decision window closed, 'window_missed', or it was offered while its heartbeat
+-- was overdue and did not beat again in its grace, 'overdue'); the last one out with no claim held
 -- moves the request on. Returns the new state, or nil (nothing changed) when the view
 -- is stale.
 local function leave_undecided(r, group, event)
@@ -82,7 +83,7 @@ local function leave_undecided(r, group, event)
   audit(K, request_id, note[1], note[2])
   redis.call('XACK', tier_prefix .. r.tier, group, r.offer)
   redis.call('HSET', K.req, 'undecided', table.concat(undecided, ','))
-  drop_timer(K, timer_of('window', request_id, r.offer, group))
+  drop_decision_timers(K, request_id, r.offer, group)
   return r.state
 end
 

@@ -112,8 +112,9 @@ async def test_a_group_whose_heartbeat_is_held_past_its_ttl_is_still_asked(
     than that holds the beat while the clock runs on. The ask that comes right after saw
     no live group and failed NO_ANSWERER while the group was running. Reproduced by
     holding the group's beats until its liveness has run out: it is offered the question
-    (the trail says its heartbeat was overdue) and answers it."""
-    async with backend.seam(consumer_ttl=0.6) as seam:
+    (the trail says its heartbeat was overdue) and answers it. (TTL 1.5 s: the ask comes
+    within its grace, another TTL, on a loaded machine too.)"""
+    async with backend.seam(consumer_ttl=1.5) as seam:
         held = hold_beats(seam, monkeypatch)
         async with running(seam, MemoryAnswerer(reply=lambda offer: YES), "rules"):
             await until(lambda: lapsed(seam, "rules"), "the group's liveness ran out")
@@ -138,9 +139,9 @@ async def test_an_ask_right_after_the_event_loop_stalled_past_the_ttl_is_answere
     (here: blocked outright) for longer than the group's TTL right after its group
     started, and the ask made the moment it runs again reaches Redis before the
     group's beat does (it was queued first)."""
-    async with backend.seam(consumer_ttl=0.6) as seam:
+    async with backend.seam(consumer_ttl=1.5) as seam:
         async with running(seam, MemoryAnswerer(reply=lambda offer: YES), "rules"):
-            time.sleep(0.9)  # noqa: ASYNC251 - the stall itself: no beat can run
+            time.sleep(1.8)  # noqa: ASYNC251 - the stall itself: no beat can run
             answers = await asyncio.wait_for(seam.ask(SEED, caller()), 10)
     assert answers.to_json() == YES_JSON
 
@@ -157,7 +158,7 @@ async def test_a_group_gone_for_good_is_waited_for_only_until_its_grace_ends(
     that grace it counts as declining (NO_ANSWERER, by the sweeper's timer), and an ask
     after that fails at once."""
     async with backend.seam() as seam, sweeping(backend):
-        ghost = GroupSpec("desk", 0, "memory", timing={"decision_window_ms": 0, "ttl_ms": 600})
+        ghost = GroupSpec("desk", 0, "memory", timing={"decision_window_ms": 0, "ttl_ms": 2000})
         await register_ghost(seam, ghost, live_ms=300)
         await until(lambda: lapsed(seam, "desk"), "the ghost's liveness ran out")
         ids: list[str] = []
@@ -220,7 +221,7 @@ async def test_an_ask_while_a_lost_registry_fills_up_again_is_answered(
     again, routing saw none. Simulated by deleting the registry under a live group, as a
     failover to a replica that lacked it would: the ask waits for the group to register
     again (WAIT, within about a heartbeat and a TTL) and is answered."""
-    async with backend.seam(consumer_ttl=0.6) as seam:
+    async with backend.seam(consumer_ttl=1.5) as seam:
         async with running(seam, MemoryAnswerer(reply=lambda offer: YES), "rules"):
             asks = count_asks(seam, monkeypatch)
             for key in registry_keys(seam, "rules"):

@@ -12,7 +12,6 @@ from conftest import NO, SEED, YES, YES_JSON, Backend, running
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from askq import AskError, Caller, ErrorCode, Seam
-from askq._resend import REPEAT_WINDOW_S, REPLY_MIN_TTL_S
 from askq._sweeper import Sweeper
 from askq.answerers.memory import MemoryAnswerer
 
@@ -270,6 +269,8 @@ async def test_an_ask_sent_again_after_its_request_expired_is_not_asked_anew(
         assert not await seam.redis.exists(keys.request(offer.request_id))  # not asked anew
         assert not await seam.redis.exists(keys.audit(offer.request_id))
         assert human.presented.empty()
+        from askq._resend import REPEAT_WINDOW_S, REPLY_MIN_TTL_S
+
         ttl = await seam.redis.ttl(keys.reply(offer.request_id))
         assert REPEAT_WINDOW_S < ttl <= REPLY_MIN_TTL_S  # the reply lasts the repeat window
 

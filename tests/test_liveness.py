@@ -25,6 +25,7 @@ from conftest import SEED, YES, YES_JSON, Backend, running, sweeping
 from askq import AskError, Caller, ErrorCode, Seam
 from askq._connections import server_ms
 from askq._registry import GroupSpec
+from askq._sweeper import Sweeper
 from askq.answerers.memory import MemoryAnswerer
 
 pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
@@ -178,6 +179,27 @@ async def test_a_group_gone_for_good_is_waited_for_only_until_its_grace_ends(
         with pytest.raises(AskError) as err:  # its grace is over: nobody can answer
             await seam.ask(SEED, caller("t2"), on_published=ids.append)
         assert err.value.code is ErrorCode.NO_ANSWERER and not ids
+
+
+async def test_the_sweeper_leaves_a_stalled_groups_claims_to_it(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of the same class: the sweeper gives back what a group with no live replica
+    holds (past ASKQ_ORPHAN_CLAIM_AFTER). A group whose beats were held past its TTL
+    had its claims, long held by its humans, released under it (the ask ended
+    NO_ANSWERER). Now it keeps them through its grace."""
+    async with backend.seam(consumer_ttl=1.5) as seam:
+        held = hold_beats(seam, monkeypatch)
+        human = MemoryAnswerer()
+        async with running(seam, human, "desk"):
+            task = asyncio.create_task(seam.ask(SEED, caller()))
+            offer = await human.next_presented()  # claimed, shown to its humans
+            await until(lambda: lapsed(seam, "desk"), "the group's liveness ran out")
+            async with backend.seam(orphan_claim_after=0.01) as sweeper_seam:
+                assert await Sweeper(sweeper_seam).release_orphans() == 0
+            held.set()
+            await human.answer(offer.request_id, YES)
+            assert (await asyncio.wait_for(task, 10)).to_json() == YES_JSON
 
 
 async def test_a_live_group_is_preferred_to_an_overdue_one(

@@ -181,13 +181,15 @@ class Sweeper:
 
     async def release_orphans(self) -> int:
         """Claims and offers of groups with no live replica, waiting longer than
-        `orphan_claim_after`: released or declined, so the waterfall moves on."""
+        `orphan_claim_after`: released or declined, so the waterfall moves on. A group
+        whose heartbeat is overdue by less than its TTL may be live and stalled (or
+        beats held by a failover): what it holds is left to it until its grace ends."""
         idle_ms = int(self.seam.settings.orphan_claim_after * 1000)
         moved = 0
         for shard in self.seam.shards:
             registry = shard.registry
             for group, priority in (await registry.priorities()).items():
-                if await registry.live_replicas(group):
+                if await registry.may_be_live(group):
                     continue  # a live replica recovers its group's entries itself
                 moved += await registry.give_back_all(group, priority, SWEEPER_CONSUMER, idle_ms)
         return moved

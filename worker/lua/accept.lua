@@ -1,5 +1,5 @@
 -- A group of the current tier accepts the offer: OFFERED|CLAIMED -> CLAIMED (+group).
--- Its decision window (and an overdue group's grace deadline) closes; its escalation deadline and reminder (if it has them) open.
+-- Its decision window closes; its escalation deadline and reminder (if it has them) open.
 -- uses: req timers wake group_info tier audit audit_log
 -- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id group
 -- args: tier offer

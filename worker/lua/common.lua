@@ -243,11 +243,12 @@ local function drop_timer(k, member)
   redis.call('ZREM', k.timers, member)
 end
 
--- A group decided (or counts as having decided) `offer`: its decision window and, for
--- a group offered while its heartbeat was overdue, its grace deadline go (one ZREM).
+-- A group decided (or counts as having decided) `offer`: its decision window goes.
+-- (The `overdue` timer of a group offered while its heartbeat was overdue is left to
+-- fire: it is rare, and fire.lua finds it moot once the group decided or the offer
+-- ended; dropping it here would cost every transition one more member to remove.)
 local function drop_decision_timers(k, request_id, offer, group)
-  redis.call('ZREM', k.timers, timer_of('window', request_id, offer, group),
-    timer_of('overdue', request_id, offer, group))
+  redis.call('ZREM', k.timers, timer_of('window', request_id, offer, group))
 end
 
 -- Drop the decision windows, escalations and reminders of `offer` for `groups` (and
@@ -256,7 +257,7 @@ local function drop_offer_timers(k, request_id, offer, groups, also)
   local members = also or {}
   if not offer then groups = {} end
   for _, group in ipairs(groups) do
-    for _, kind in ipairs({'window', 'escalate', 'remind', 'overdue'}) do
+    for _, kind in ipairs({'window', 'escalate', 'remind'}) do
       members[#members + 1] = timer_of(kind, request_id, offer, group)
     end
   end

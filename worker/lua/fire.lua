@@ -45,6 +45,7 @@ elseif kind == 'overdue' then
   local live_until = tonumber(redis.call('ZSCORE', K.live, group))
   if live_until and live_until > now_ms() then return moot() end
   state = leave_undecided(r, group, 'overdue')
+  if state then drop_timer(K, member) end
 elseif kind == 'escalate' then
   if not contains(r.claimers, group) then return moot() end
   state = leave_claim(r, group, 'escalated')

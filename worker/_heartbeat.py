@@ -6,7 +6,10 @@ Each is live for `ttl` after its last beat and beats every `ttl / 3`. A beat tha
 fails (Redis slow, paused, restarting) is tried again at once, not a period later:
 else one lost beat plus one slow one would let the TTL lapse while the process is
 healthy, and for that moment a live group would look dead. Each try is also bounded
-by the period, so the retry is queued while the TTL still has a period to run.
+by the period, so the retry is queued while the TTL still has a period to run. (A
+stall longer than the TTL holds every beat all the same: routing then still offers a
+question with nowhere else to go to a group overdue by less than its TTL, and the
+sweeper leaves its claims to it: lua/common.lua, route.)
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import asyncio
 from collections import Counter
 
 from askq import Caller, Seam
+from askq._resend import REPLY_MIN_TTL_S
 
 from . import _procs
 from ._common import (
@@ -65,8 +66,10 @@ async def run(ctx: Context) -> Section:
             running = False
             await sampler
             at_settle = await count_keys(ctx.redis, prefix)
-        # Wait for expiry: the TTL, then Redis's active expiry, until the count is back
-        # where it was or holds still for 2 s (the TTL, if shorter); at most TTL + 30 s.
+        # Wait for expiry: the TTL (a reply's at least REPLY_MIN_TTL_S, what an ask sent
+        # again after a lost reply finds), then Redis's active expiry, until the count is
+        # back where it was or holds still for 2 s (the TTL, if shorter); at most TTL + 30 s.
+        ttl = max(ttl, REPLY_MIN_TTL_S)
         after, still_since = at_settle, now()
         while now() < settled + ttl + 30:
             await asyncio.sleep(0.25)

@@ -16,6 +16,7 @@ from script_checks import CHECKER
 from askq import AskError, Caller, ErrorCode, Offer, Seam
 from askq._lua import INCLUDES, _raw, load, names
 from askq._scripts import NAMES
+from askq._sweeper import Sweeper
 from askq.answerers.memory import MemoryAnswerer
 
 pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
@@ -128,6 +129,10 @@ async def test_every_script_runs_and_keeps_to_its_keys(
         assert (await seam.ask(SEED, caller("t7"))).to_json() == YES_JSON
     # forget_caller (the caller has nothing left pending), set_priority, remove_group
     await seam.forget_caller()
+    # reap_caller (a caller process listed, not live: the sweeper forgets it)
+    await seam.redis.sadd(seam.shards[0].keys.callers, "gone-process")  # type: ignore[misc]
+    assert await Sweeper(seam).cancel_gone_callers() == 0
+    assert not await seam.redis.sismember(seam.shards[0].keys.callers, "gone-process")  # type: ignore[misc]
     assert await seam.registry.set_priority("nobody", 3) == 0  # (no replica is live)
     assert await seam.registry.prune() == ["humans", "nobody", "rules"]
     assert ran == set(NAMES), set(NAMES) - ran

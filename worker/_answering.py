@@ -3,7 +3,9 @@
 Any replica of a group may call these for the group (a claim belongs to the group, not
 to the replica that showed the question). An answer is validated against the request's
 questions first (INVALID_REQUEST naming what is wrong), then written by the script,
-which refuses a late or duplicate one (ALREADY_SETTLED, "answered by …").
+which refuses a late or duplicate one (ALREADY_SETTLED, "answered by …"). An answer
+whose reply was lost (a timeout, a failover) is sent again until Redis answers
+(`_resend.py`); a repeat of one that landed is the group's answer, not a refusal.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from ._models import Answers, Offer, Settlement, parse_answers
 from ._replies import Reply, refusal
 from ._requests import Requests
+from ._resend import repeated
 from ._scripts import Scripts
 
 
@@ -43,7 +46,10 @@ class Answering:
         ALREADY_SETTLED for a late or duplicate answer, NOT_CLAIMED when the group holds
         no claim, NOT_FOUND when there is no such request."""
         valid, body = await self._validated(request_id, answers, by)
-        reply = await self.scripts.answer(request_id, group, body, by, tier)
+        reply = await repeated(
+            lambda resent: self.scripts.answer(request_id, group, body, by, tier, resent=resent),
+            f"answer to {request_id}",
+        )
         if reply.kind is not Reply.ANSWERED:
             raise refusal(reply, request_id)
         return valid
@@ -52,8 +58,11 @@ class Answering:
         """Claim an offer and answer it in one atomic step (a group that answers without
         asking anyone). Raises like `answer`."""
         valid, body = await self._validated(offer.request_id, answers, by)
-        reply = await self.scripts.claim_answer(
-            offer.request_id, offer.group, offer.tier, offer.offer_id, body, by
+        reply = await repeated(
+            lambda resent: self.scripts.claim_answer(
+                offer.request_id, offer.group, offer.tier, offer.offer_id, body, by, resent=resent
+            ),
+            f"answer to {offer.request_id}",
         )
         if reply.kind is not Reply.ANSWERED:
             raise refusal(reply, offer.request_id)

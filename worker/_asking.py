@@ -24,7 +24,12 @@ from ._connections import CONNECTION_ERRORS, redis_errors
 from ._errors import AskError, ErrorCode
 from ._heartbeat import keep_beating
 from ._keys import Keys
-from ._messages import ABORTED_MESSAGE, TIMED_OUT_MESSAGE, WITHDRAWN_MESSAGE
+from ._messages import (
+    ABORTED_MESSAGE,
+    CALLER_GONE_MESSAGE,
+    TIMED_OUT_MESSAGE,
+    WITHDRAWN_MESSAGE,
+)
 from ._models import (
     Answers,
     AskInput,
@@ -366,9 +371,27 @@ class Asking:
 
     async def forget_caller(self, process_id: str | None = None) -> None:
         """Unregister a caller process with no ask pending (lua/forget_caller): this one,
-        as it leaves, or (the sweeper) another one whose heartbeat expired."""
-        own = process_id is None
-        await self.scripts.forget_caller(process_id or self.process_id, own=own)
+        as it leaves (a process with asks pending is kept)."""
+        await self.scripts.forget_caller(process_id or self.process_id)
+
+    async def reap_caller(self, process_id: str) -> int | None:
+        """The sweeper, for a caller process whose heartbeat lapsed: its pending asks
+        cancelled (by "caller gone") and the process forgotten, in one step that first
+        checks again that it is not live (lua/reap_caller). Returns how many it
+        cancelled; None when the process is live again (it asked meanwhile)."""
+        body = Settlement(
+            state="CANCELLED", code=ErrorCode.ABORTED, message=CALLER_GONE_MESSAGE, by="caller gone"
+        ).model_dump_json(exclude_none=True)
+        reply = await self.scripts.reap_caller(
+            process_id,
+            ErrorCode.ABORTED.value,
+            body,
+            "caller gone",
+            CancelReason.CALLER_GONE.value,
+        )
+        if reply.kind is Reply.LIVE:
+            return None
+        return int(reply.value(0, "0"))
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.ensure_future(coro)

@@ -61,6 +61,8 @@ class AuditEntry(BaseModel):
             return f"asked by agent {agent} (turn {turn}{tail})"
         if e == "offered":
             groups = ", ".join(split_groups(self.groups))
+            if (self.model_extra or {}).get("overdue"):  # route() in lua/common.lua
+                return f"offered to tier {self.tier}: {groups} (none live: its heartbeat overdue)"
             return f"offered to tier {self.tier}: {groups}"
         if e == "reattached":
             process = (self.model_extra or {}).get("process", "?")
@@ -69,6 +71,7 @@ class AuditEntry(BaseModel):
             "accepted": f"accepted by {group}{tier}",
             "declined": f"declined by {group}{tier}",
             "window_missed": f"{group} missed its decision window{tier}",
+            "overdue": f"{group} did not beat again in time: taken as gone{tier}",
             "reminded": f"{group} reminded its humans{tier}",
             "escalated": f"escalated: {group} did not answer in time{tier}",
             "released": f"released by {group}{tier}",

@@ -7,8 +7,11 @@ not stop a beat (`_full.py`). A beat that
 fails (Redis slow, paused, restarting) is tried again at once, not a period later:
 else one lost beat plus one slow one would let the TTL lapse while the process is
 healthy, and for that moment a live group would look dead. Each try is also bounded
-by the period, so the retry is queued while the TTL still has a period to run. An
-outage is logged once per process, as it starts and as it ends (`_outage.py`).
+by the period, so the retry is queued while the TTL still has a period to run. (A
+stall longer than the TTL holds every beat all the same: routing then still offers a
+question with nowhere else to go to a group overdue by less than its TTL, and the
+sweeper leaves its claims to it: lua/common.lua, route.) An outage is logged once per
+process, as it starts and as it ends (`_outage.py`).
 """
 
 from __future__ import annotations

@@ -111,6 +111,12 @@ class Keys:
     def live(self) -> str:
         return f"{self.base}:live"
 
+    @property
+    def registry(self) -> str:
+        """The registry's marker: '<ms>:<writer>', written once per data set, so that a
+        caller can tell a registry Redis lost from one with no group (lua/ask.lua)."""
+        return f"{self.base}:registry"
+
     def consumers(self, group: str) -> str:
         return f"{self.base}:consumers:{group}"
 

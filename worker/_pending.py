@@ -4,8 +4,10 @@ REDIS_UNAVAILABLE means the question was not published: only a connection that c
 not be made (NotConnected), or Redis refusing the ask because it is full (a script is
 refused whole, `_full.py`), proves that. When Redis stops answering after the ask was
 sent (a timeout, a connection lost with the reply), the script may have run, so the
-ask is sent again, marked as a repeat, until Redis answers; a repeat of a request that
-exists attaches to it. An ask never fails while its question is answerable.
+ask is sent again, marked as a repeat, until Redis answers (`_resend.py`: for at most
+its window); a repeat of a request that exists attaches to it, and one whose request
+settled and expired meanwhile gets its settlement: a repeat never asks anew once the
+first send may have created the request.
 """
 
 from __future__ import annotations
@@ -14,16 +16,18 @@ import asyncio
 import hashlib
 import json
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from ._checks import duration_ms
-from ._connections import CONNECTION_ERRORS, NotConnected
+from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
 from ._full import episode, is_full
 from ._messages import WITHDRAWN_MESSAGE
 from ._models import AskRequest, Settlement
 from ._outage import outage
 from ._replies import Reply, ScriptReply
+from ._resend import FIRST_PAUSE, MAX_PAUSE, never_sent, window_over
 from ._scripts import AskSend, RequestFacts
 from ._types import AbortSignal
 
@@ -33,8 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("askq.seam")
 
 MAX_HOPS = 8  # OWNER / REDIRECT / GONE in a row: more means the registry keeps changing
-RESEND_FIRST = 0.05
-RESEND_MAX = 2.0
+FIRST_WAIT, MAX_WAIT = 0.05, 0.5  # asking again while a lost registry fills up (WAIT)
 
 
 def fingerprint(request: AskRequest) -> str:
@@ -74,6 +77,7 @@ class PendingAsk:
         "first_id",
         "inbox",
         "maybe_sent",
+        "first_try",
         "future",
         "_payload",
         "_turn",
@@ -93,6 +97,7 @@ class PendingAsk:
         self.request_id = self.first_id = request.id
         self.inbox = asking.inbox
         self.maybe_sent = False  # a send of this request id may have run
+        self.first_try = 0.0  # when it was first sent (monotonic; 0: not yet)
         caller = request.caller
         self._payload = request.model_dump_json(by_alias=True, exclude_defaults=True)
         self._turn, self._agent = caller.turn_id, caller.agent_id
@@ -121,27 +126,33 @@ class PendingAsk:
     def _switch(self, request_id: str, mode: str) -> None:
         self.forget()
         self.request_id, self._mode, self.maybe_sent = request_id, mode, False
+        self.first_try = 0.0
         self.future = self.asking.waiter.expect(request_id)
 
     async def publish(self, signal: AbortSignal | None) -> ScriptReply:
         """Run ask.lua until it gives an outcome: declaring the owner it names (OWNER),
         on the request the index names (REDIRECT) or on a new one (GONE), and again
         after a send whose reply was lost."""
-        hops, pause = 0, RESEND_FIRST
+        hops, pause, wait = 0, FIRST_PAUSE, FIRST_WAIT
         while True:
             try:
                 async with self.asking.publishing:  # bounded: see Asking.publishing
                     if signal is not None and signal.is_set() and not self.maybe_sent:
                         raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE)
+                    if not self.first_try:
+                        self.first_try = time.monotonic()
                     reply = await self.asking.scripts.ask(self._send())
             except AskError as exc:
                 if exc.code is not ErrorCode.REDIS_UNAVAILABLE:
                     raise
-                if not self.maybe_sent and isinstance(exc.__cause__, NotConnected):
+                if not self.maybe_sent and never_sent(exc):
                     raise  # never sent: nothing was published
                 if not self.maybe_sent and is_full(exc):
                     raise  # refused whole (Redis is full): nothing was published
                 self.maybe_sent = True
+                over = window_over(self.first_try, exc)
+                if over is not None:
+                    raise over from exc.__cause__  # (withdrawn in the background: ask())
                 if not is_full(exc):  # (a full Redis is said once an episode: _full.py)
                     outage.failed("an ask", exc)  # once per outage, not per ask and try
                 log.debug(
@@ -149,10 +160,18 @@ class PendingAsk:
                 )
                 if await _aborted_within(signal, pause):
                     raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE) from None
-                pause = min(pause * 2, RESEND_MAX)
+                pause = min(pause * 2, MAX_PAUSE)
                 continue
-            if pause > RESEND_FIRST:
+            if pause > FIRST_PAUSE:
                 outage.reached()  # it was sent again, and Redis answered
+            if reply.kind is Reply.WAIT:
+                # The registry was lost a moment ago and its groups register again
+                # within a heartbeat: ask again (the script bounds how long).
+                left = int(reply.value(0, "0")) / 1000
+                if await _aborted_within(signal, min(max(left, 0.01), wait)):
+                    raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE)
+                wait = min(wait * 2, MAX_WAIT)
+                continue
             if reply.kind not in (Reply.OWNER, Reply.REDIRECT, Reply.GONE):
                 if reply.kind is Reply.OFFERED:
                     episode.wrote()  # a new request: Redis takes writes

@@ -38,6 +38,7 @@ log = logging.getLogger("askq.registry")
 
 PAGE = 100
 ADMIN_CONSUMER = "askq-admin"
+DEFAULT_TTL_MS = 15_000  # a group entry without ttl_ms (lua/common.lua, DEFAULT_TTL_MS)
 
 Entry = tuple[str, dict[str, str]]  # a tier stream's entry: id, fields
 
@@ -254,6 +255,24 @@ class Registry:
                 self.keys.consumers(group), now + 1, "+inf"
             )
         return found
+
+    async def may_be_live(self, group: str) -> bool:
+        """A replica of the group is live, or the group's heartbeat is overdue by less
+        than its TTL: it may be live and unable to beat (a stall, a failover), as
+        routing reckons (lua/common.lua, route)."""
+        if await self.live_replicas(group):
+            return True
+        with redis_errors(self.settings):
+            now = await server_ms(self.redis)
+            live_until = await self.redis.zscore(self.keys.live, group)
+            raw = await self.redis.hget(self.keys.group_info, group)  # type: ignore[misc]
+        if live_until is None:
+            return False  # it left (stopped cleanly), or was never live
+        try:
+            ttl_ms = int(json.loads(raw or "{}").get("ttl_ms") or DEFAULT_TTL_MS)
+        except (ValueError, TypeError, AttributeError):
+            ttl_ms = DEFAULT_TTL_MS
+        return bool(float(live_until) + ttl_ms > now)
 
     async def statuses(self) -> list[GroupStatus]:
         """Every group: priority, kind, scope, live replicas, entries pending."""

@@ -25,6 +25,7 @@ class Reply(StrEnum):
     OWNER = "OWNER"  # run again with this owner's agent key declared: owner
     REDIRECT = "REDIRECT"  # run again on the request the idempotency index names: id
     GONE = "GONE"  # the request the index named expired: run again on a new one
+    WAIT = "WAIT"  # no group, but the registry was lost a moment ago: again within ms
     # every request script
     SETTLED = "SETTLED"  # already settled: state, by, code (ask: its settlement body)
     NOT_FOUND = "NOT_FOUND"  # no such request (never was, or expired)
@@ -46,7 +47,8 @@ class Reply(StrEnum):
     CONFLICT = "CONFLICT"  # the group is registered otherwise: priority, info JSON
     REMOVED = "REMOVED"
     MOVED = "MOVED"  # set_priority: the group is at its new priority
-    LIVE = "LIVE"  # not removed, a replica is live: how many
+    LIVE = "LIVE"  # not removed, a replica is live: how many (reap_caller: the caller is)
+    REAPED = "REAPED"  # reap_caller: the gone caller's asks cancelled: how many
 
 
 @dataclass(frozen=True, slots=True)

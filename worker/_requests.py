@@ -181,6 +181,20 @@ class Requests:
                 rows = await pipe.execute()
         return [(i, inbox, idem) for i, (inbox, idem) in zip(ids, rows, strict=True)]
 
+    async def asked(self, process: str) -> list[tuple[str, str | None, str | None, str | None]]:
+        """The requests a caller process has asked and not seen settle: (id, inbox, turn
+        id, idempotency index key); the last three None for a request that is gone."""
+        k = self.keys
+        with redis_errors(self.settings):
+            ids = sorted(await self.redis.smembers(k.asked(process)))  # type: ignore[misc]
+            if not ids:
+                return []
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for request_id in ids:
+                    pipe.hmget(k.request(request_id), ["inbox", "turn", "idem"])
+                rows = await pipe.execute()
+        return [(i, *row) for i, row in zip(ids, rows, strict=True)]
+
     # --- status ------------------------------------------------------------------------
 
     async def status(self, request_id: str, now_ms: int) -> RequestStatus | None:

@@ -191,6 +191,9 @@ class AnswererRuntime:
             "decision_window_ms": _ms(window, "decision_window"),
             "escalate_ms": _ms(escalate_after, "escalate_after"),
             "remind_ms": _ms(remind_after, "remind_after"),
+            # How long it may be live past a heartbeat that is overdue (routing offers
+            # to it rather than fail NO_ANSWERER: lua/common.lua, route).
+            "ttl_ms": _ms(settings.consumer_ttl, "consumer_ttl"),
         }
         self.spec = GroupSpec(group, self.priority, answerer.kind, self.scope, self.timing)
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{id(self):x}"

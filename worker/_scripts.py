@@ -12,6 +12,7 @@ of a lost Redis into REDIS_UNAVAILABLE.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from ._connections import redis_errors
+from ._checks import duration_ms
+from ._connections import redis_errors, server_ms
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
 from ._lua import Script, load
@@ -43,6 +45,7 @@ NAMES = (
     "fire",
     "abort_turn",
     "forget_caller",
+    "reap_caller",
     "register",
     "leave",
     "remove_group",
@@ -98,6 +101,7 @@ class Scripts:
         self.pipeline = ScriptPipeline(redis)
         self._registered: dict[str, AsyncScript] = {}
         self._tiers: list[str] | None = None
+        self._registry_seen = ""  # the registry's marker as last read with the tiers
         self._reading_tiers: asyncio.Future[list[str]] | None = None
         k = keys
         self._deployment = {
@@ -112,6 +116,7 @@ class Scripts:
             "audit_log": k.audit_log,
             "recent": k.recent,
             "trends": k.trends,
+            "registry": k.registry,
         }
         self._common: dict[str, Any] = {
             "tier_prefix": k.tier_prefix,
@@ -135,8 +140,17 @@ class Scripts:
         return await asyncio.shield(self._reading_tiers)
 
     async def _read_tiers(self) -> list[str]:
+        """The tiers, and the registry's marker they are in (written if there is none
+        yet: an ask can then tell that registry lost from one with no group)."""
+        k = self.keys
         with redis_errors(self.settings):
-            priorities = {int(p) for p in await self.redis.hvals(self.keys.groups)}  # type: ignore[misc]
+            priorities = {int(p) for p in await self.redis.hvals(k.groups)}  # type: ignore[misc]
+            marker = await self.redis.get(k.registry)
+            if marker is None:
+                mine = f"{await server_ms(self.redis)}:{uuid.uuid4().hex}"
+                await self.redis.set(k.registry, mine, nx=True)
+                marker = await self.redis.get(k.registry)
+        self._registry_seen = marker or ""
         self._tiers = [self.keys.tier(p) for p in sorted(priorities)]
         return self._tiers
 
@@ -278,6 +292,10 @@ class Scripts:
                 "resent": "1" if send.resent else "0",
                 "gone": send.gone,
                 "agent_prefix": k.agent(""),
+                "registry_seen": self._registry_seen,
+                # A lost registry's groups register again within a heartbeat (a third
+                # of their TTL) and a beat may wait out a TTL: wait that long for them.
+                "registry_wait_ms": duration_ms(self.settings.consumer_ttl * 4 / 3, "ttl"),
             },
         )
 
@@ -349,14 +367,57 @@ class Scripts:
                 return reply
         raise AskError(ErrorCode.INTERNAL, f"turn {turn_id!r} kept changing while aborting")
 
-    async def forget_caller(self, process: str, *, own: bool) -> bool:
+    async def forget_caller(self, process: str) -> bool:
         k = self.keys
         forgotten = await self.call(
             "forget_caller",
             {"alive": k.alive(process), "asked": k.asked(process)},
-            {"process": process, "own": "1" if own else "0"},
+            {"process": process},
         )
         return bool(forgotten)
+
+    async def reap_caller(
+        self, process: str, code: str, settlement: str, by: str, reason: str
+    ) -> ScriptReply:
+        """A caller process found not live: if it still is not, its pending asks
+        cancelled and the process forgotten, in one step (lua/reap_caller.lua); LIVE
+        when it is live again (it asked meanwhile)."""
+        k = self.keys
+        for attempt in range(8):
+            tiers = await self.tier_streams(refresh=attempt > 0)
+            more: list[str] = []
+            asked = await self.requests.asked(process)
+            for request_id, inbox, turn, idem in asked:
+                inbox = inbox or k.inbox(process)
+                more += [
+                    k.request(request_id),
+                    k.reply(request_id),
+                    inbox,
+                    k.turn(turn or ""),
+                    k.payload(request_id),
+                    k.timeout_body(request_id),
+                    idem or k.idem(None),
+                    k.audit(request_id),
+                ]
+            reply = ScriptReply.of(
+                await self.call(
+                    "reap_caller",
+                    {"alive": k.alive(process), "asked": k.asked(process)},
+                    {
+                        "process": process,
+                        "code": code,
+                        "settlement": settlement,
+                        "by": by,
+                        "reason": reason,
+                        "n_tiers": len(tiers),
+                    },
+                    more_keys=more,
+                    more_args=[request_id for request_id, _, _, _ in asked],
+                )
+            )
+            if reply.kind is not Reply.STALE:
+                return reply
+        raise AskError(ErrorCode.INTERNAL, f"caller {process!r} kept changing while reaping it")
 
     # --- a group's transitions ----------------------------------------------------------
 
@@ -379,7 +440,14 @@ class Scripts:
         )
 
     async def answer(
-        self, request_id: str, group: str, settlement: str, by: str, tier: int | None
+        self,
+        request_id: str,
+        group: str,
+        settlement: str,
+        by: str,
+        tier: int | None,
+        *,
+        resent: bool = False,
     ) -> ScriptReply:
         """The group answers on its claim, which it holds at its own tier: `tier` when
         the caller knows it (a group does), else the request's, read (once more after
@@ -397,11 +465,25 @@ class Scripts:
         return await self._run(
             "answer",
             keys,
-            {"request_id": request_id, "group": group, "settlement": settlement, "by": by},
+            {
+                "request_id": request_id,
+                "group": group,
+                "settlement": settlement,
+                "by": by,
+                "resent": "1" if resent else "0",
+            },
         )
 
     async def claim_answer(
-        self, request_id: str, group: str, tier: int, offer: str, settlement: str, by: str
+        self,
+        request_id: str,
+        group: str,
+        tier: int,
+        offer: str,
+        settlement: str,
+        by: str,
+        *,
+        resent: bool = False,
     ) -> ScriptReply:
         keys = self._of_request(request_id, tier=self.keys.tier(tier))
         return await self._run(
@@ -414,6 +496,7 @@ class Scripts:
                 "offer": offer,
                 "settlement": settlement,
                 "by": by,
+                "resent": "1" if resent else "0",
             },
         )
 

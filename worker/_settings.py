@@ -59,7 +59,10 @@ class Settings(BaseSettings):
         " Allow for down-after-milliseconds and the promotion.",
     )
     settled_ttl: int = Field(
-        default=86400, ge=1, description="Seconds a settled request stays readable."
+        default=86400,
+        ge=1,
+        description="Seconds a settled request stays readable (its reply at least 150 s,"
+        " what an ask sent again after a lost reply finds).",
     )
     abort_ttl: int = Field(default=86400, ge=1, description="Seconds a turn stays marked aborted.")
     agent_ttl: float = Field(

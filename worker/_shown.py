@@ -112,13 +112,19 @@ class Shown:
         )
 
     def retract(self, retraction: Retraction) -> None:
+        """Take back a question this replica shows. One it no longer shows is left
+        alone: its channel took it (its own answer, a release) since the state that
+        says so was read, and must not be told it lost what it answered."""
         offer = self.offers.pop(retraction.request_id, None)
-        if offer is not None and self._on_retract is not None:
+        if offer is None:
+            return
+        if self._on_retract is not None:
             self._on_retract(offer, retraction)
         self._run_hook("retract", retraction.request_id, self._retract_hook(retraction))
 
     async def resync(self, conn: Redis) -> None:
-        """After a gap in the events stream, check what is shown is still this group's."""
+        """After a gap in the events stream, check what is shown is still this group's.
+        (What was taken while its row was read is not retracted: `retract`.)"""
         for request_id in list(self.offers):
             row = await self.requests.row(request_id, conn)
             if row is None or row.state in TERMINAL or self.group not in row.claimers:

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from typing import Any
@@ -32,8 +31,6 @@ from ._blocking import BlockingLoop
 from ._connections import redis_errors, server_ms
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
-from ._messages import CALLER_GONE_MESSAGE
-from ._reasons import CancelReason
 from ._replies import Reply
 from ._seam import Seam
 from ._settings import Settings
@@ -172,35 +169,27 @@ class Sweeper:
 
     async def _cancel_gone_callers(self, shard: Shard) -> int:
         # A caller's heartbeat, asks and registration are in each shard it asked in.
+        # Whether it is gone is checked again by the script that cancels its asks, in
+        # the same step: a caller that asks meanwhile is live again, and left alone.
         k, redis, asking = shard.keys, self.seam.redis, shard.asking
         cancelled = 0
         for process in await redis.smembers(k.callers):  # type: ignore[misc]
             if await redis.exists(k.alive(process)):
                 continue
-            for request_id in await redis.smembers(k.asked(process)):  # type: ignore[misc]
-                with contextlib.suppress(AskError):  # settled or expired meanwhile
-                    if await asking.cancel(
-                        request_id,
-                        ErrorCode.ABORTED,
-                        CALLER_GONE_MESSAGE,
-                        by="caller gone",
-                        reason=CancelReason.CALLER_GONE,
-                    ):
-                        cancelled += 1
-                        continue
-                await redis.srem(k.asked(process), request_id)  # type: ignore[misc]
-            await asking.forget_caller(process)
+            cancelled += await asking.reap_caller(process) or 0
         return cancelled
 
     async def release_orphans(self) -> int:
         """Claims and offers of groups with no live replica, waiting longer than
-        `orphan_claim_after`: released or declined, so the waterfall moves on."""
+        `orphan_claim_after`: released or declined, so the waterfall moves on. A group
+        whose heartbeat is overdue by less than its TTL may be live and stalled (or
+        beats held by a failover): what it holds is left to it until its grace ends."""
         idle_ms = int(self.seam.settings.orphan_claim_after * 1000)
         moved = 0
         for shard in self.seam.shards:
             registry = shard.registry
             for group, priority in (await registry.priorities()).items():
-                if await registry.live_replicas(group):
+                if await registry.may_be_live(group):
                     continue  # a live replica recovers its group's entries itself
                 moved += await registry.give_back_all(group, priority, SWEEPER_CONSUMER, idle_ms)
         return moved

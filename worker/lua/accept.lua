@@ -12,7 +12,7 @@ if reply then return reply end
 r.claimers[#r.claimers + 1] = group
 redis.call('HSET', K.req, 'state', 'CLAIMED', 'undecided', table.concat(without(r.undecided, group), ','),
   'claimers', table.concat(r.claimers, ','))
-drop_timer(K, timer_of('window', request_id, r.offer, group))
+drop_decision_timers(K, request_id, r.offer, group)
 audit(K, request_id, 'accepted', {group = group, tier = tonumber(r.tier)})
 local t, now = timing(K.group_info, group), now_ms()
 if t.escalate > 0 then add_timer(K, timer_of('escalate', request_id, r.offer, group), now + t.escalate) end

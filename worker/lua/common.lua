@@ -23,6 +23,11 @@ local recent_max = tonumber(A.recent_max)
 -- Entries kept in one request's trail (a transition per group and tier at most, so
 -- only a very wide waterfall reaches it; the latest are kept).
 local AUDIT_MAX = 200
+-- A reply key lasts at least this long (s) whatever settled_ttl: a caller whose send
+-- lost its reply sends it again for up to _resend.py's REPEAT_WINDOW_S (120 s), and the
+-- repeat must find what its first send settled, not ask anew (ask.lua), even once the
+-- request itself has expired. (_resend.py: REPLY_MIN_TTL_S, the same figure.)
+local REPLY_MIN_TTL = 150
 
 local declared = {}
 for _, key in ipairs(KEYS) do
@@ -125,28 +130,15 @@ local function scope_reader(payload_of)
   end
 end
 
--- The lowest priority above `after` (any, when nil) that has a live group whose scope
--- selector accepts the request, those groups of that priority, sorted, and their
--- registry entries (decoded) by name. A group that cannot match is never offered the
--- question, and a tier with none that can is passed over without a hop.
--- k = {groups, live, group_info}
-local function route(k, after, now, scope_of)
-  local all = redis.call('HGETALL', k.groups)
-  local candidates = {}
-  for i = 1, #all, 2 do
-    local priority = tonumber(all[i + 1])
-    if after == nil or priority > after then candidates[all[i]] = priority end
-  end
-  -- Which of them are live: one read of the groups live after now, not a ZSCORE per
-  -- group (a waterfall of six groups made six calls per ask and per hop).
-  local names, priorities = {}, {}
-  if next(candidates) ~= nil then
-    for _, name in ipairs(redis.call('ZRANGEBYSCORE', k.live, string.format('(%d', now), '+inf')) do
-      if candidates[name] then
-        names[#names + 1], priorities[#names + 1] = name, candidates[name]
-      end
-    end
-  end
+-- How long (ms) past its liveness a group may still be live and unable to beat, when
+-- its registry entry does not say (`ttl_ms`, its replicas' ASKQ_CONSUMER_TTL; an entry
+-- written before it was there): the default TTL.
+local DEFAULT_TTL_MS = 15000
+
+-- Of `names` (at `priorities`), the lowest priority with a group whose scope selector
+-- accepts the request and that `keep(name, info, i)` keeps: those groups of it, sorted,
+-- and their registry entries (decoded) by name.
+local function lowest(k, names, priorities, scope_of, keep)
   local best, members, infos = nil, {}, {}
   if #names == 0 then return best, members, infos end
   local raw = redis.call('HMGET', k.group_info, unpack(names))
@@ -154,7 +146,8 @@ local function route(k, after, now, scope_of)
     local ok, info = pcall(cjson.decode, raw[i] or '{}')
     if not ok or type(info) ~= 'table' then info = {} end
     local priority = priorities[i]
-    if (best == nil or priority <= best) and selects(info.match, scope_of) then
+    if (best == nil or priority <= best) and keep(name, info, i)
+        and selects(info.match, scope_of) then
       if best == nil or priority < best then
         best, members = priority, {name}
       else
@@ -165,6 +158,62 @@ local function route(k, after, now, scope_of)
   end
   table.sort(members)
   return best, members, infos
+end
+
+local function always() return true end
+
+-- The lowest priority above `after` (any, when nil) that has a live group whose scope
+-- selector accepts the request, those groups of that priority, sorted, and their
+-- registry entries (decoded) by name. A group that cannot match is never offered the
+-- question, and a tier with none that can is passed over without a hop.
+--
+-- When no group that could take it is live, the groups whose heartbeat is overdue by
+-- less than their TTL: such a group may well be live and unable to beat (its process
+-- or Redis stalled, every beat held while the server's clock ran on; a failover, whose
+-- new master has the scores its replica had and a clock of its own). Failing
+-- NO_ANSWERER would tell the model nobody can answer while one may; the request is
+-- offered to them instead, each with a deadline at the end of its grace (`grace`: group
+-- -> ms, the 4th value; an `overdue` timer, fire.lua), when one that has not beaten
+-- again counts as declining. A group that left (stopped cleanly) is not in the live set
+-- and is not waited for.
+-- k = {groups, live, group_info}
+local function route(k, after, now, scope_of)
+  local all = redis.call('HGETALL', k.groups)
+  local candidates = {}
+  for i = 1, #all, 2 do
+    local priority = tonumber(all[i + 1])
+    if after == nil or priority > after then candidates[all[i]] = priority end
+  end
+  if next(candidates) == nil then return nil, {}, {} end
+  -- Which of them are live: one read of the groups live after now, not a ZSCORE per
+  -- group (a waterfall of six groups made six calls per ask and per hop).
+  local names, priorities = {}, {}
+  for _, name in ipairs(redis.call('ZRANGEBYSCORE', k.live, string.format('(%d', now), '+inf')) do
+    if candidates[name] then
+      names[#names + 1] = name
+      priorities[#names] = candidates[name]
+    end
+  end
+  local best, members, infos = lowest(k, names, priorities, scope_of, always)
+  if best ~= nil then return best, members, infos end
+  local lapsed = redis.call('ZRANGEBYSCORE', k.live, '-inf', now, 'WITHSCORES')
+  local live_until = {}
+  names, priorities = {}, {}
+  for i = 1, #lapsed, 2 do
+    if candidates[lapsed[i]] then
+      names[#names + 1] = lapsed[i]
+      priorities[#names] = candidates[lapsed[i]]
+      live_until[#names] = tonumber(lapsed[i + 1])
+    end
+  end
+  local grace = {}
+  best, members, infos = lowest(k, names, priorities, scope_of, function(name, info, i)
+    local ends = live_until[i] + (tonumber(info.ttl_ms) or DEFAULT_TTL_MS)
+    if ends <= now then return false end
+    grace[name] = ends
+    return true
+  end)
+  return best, members, infos, best ~= nil and grace or nil
 end
 
 -- Timers: members of the timers zset, scored by due time (ms):
@@ -193,6 +242,14 @@ end
 
 local function drop_timer(k, member)
   redis.call('ZREM', k.timers, member)
+end
+
+-- A group decided (or counts as having decided) `offer`: its decision window goes.
+-- (The `overdue` timer of a group offered while its heartbeat was overdue is left to
+-- fire: it is rare, and fire.lua finds it moot once the group decided or the offer
+-- ended; dropping it here would cost every transition one more member to remove.)
+local function drop_decision_timers(k, request_id, offer, group)
+  redis.call('ZREM', k.timers, timer_of('window', request_id, offer, group))
 end
 
 -- Drop the decision windows, escalations and reminders of `offer` for `groups` (and
@@ -251,9 +308,11 @@ end
 -- decision window. The entry carries the payload, so a worker decides on a fresh offer
 -- without reading the hash. Any earlier offer was ended first (end_offer). `known`:
 -- the inbox and payload when the caller has them at hand (ask), else they are read;
--- `known.info`: the members' registry entries, as route() read them; `known.fields`:
--- more fields of the hash to write with the offer's, and `known.first`: a trail entry
--- ({event, facts}) to write before the offer's (ask: one HSET and one RPUSH, not two).
+-- `known.info`: the members' registry entries, as route() read them; `known.grace`:
+-- route()'s grace deadlines of members whose heartbeat is overdue (each gets an
+-- `overdue` timer); `known.fields`: more fields of the hash to write with the offer's,
+-- and `known.first`: a trail entry ({event, facts}) to write before the offer's (ask:
+-- one HSET and one RPUSH, not two).
 local function offer_to(k, request_id, priority, members, now, known)
   known = known or {}
   local inbox = known.inbox or redis.call('HGET', k.req, 'inbox')
@@ -265,11 +324,15 @@ local function offer_to(k, request_id, priority, members, now, known)
   local list = table.concat(members, ',')
   redis.call('HSET', k.req, 'state', 'OFFERED', 'tier', priority, 'offer', entry,
     'offered', list, 'undecided', list, 'claimers', '', unpack(known.fields or {}))
-  local offered = {'offered', {tier = tonumber(priority), groups = list}}
+  local offered = {'offered', {tier = tonumber(priority), groups = list,
+    overdue = known.grace and true or nil}}
   audit_all(k, request_id, known.first and {known.first, offered} or {offered})
   for _, group in ipairs(members) do
     local window = timing(k.group_info, group, (known.info or {})[group]).window
     if window > 0 then add_timer(k, timer_of('window', request_id, entry, group), now + window) end
+    if known.grace then
+      add_timer(k, timer_of('overdue', request_id, entry, group), known.grace[group])
+    end
   end
   return entry
 end
@@ -344,11 +407,12 @@ end
 
 -- The one settlement: reply written, caller woken, indexes and timers released,
 -- answerers told, the trail's last entry written and the trail and the request kept
--- for settled_ttl (and listed among the recent ones, a capped index that forgets what
--- expired), and counted in the fleet's trends. k = {req, reply, inbox, turn, pending,
--- events, timers, asked, payload, timeout_body, idem, audit, audit_log, recent, trends}.
--- `note`: the trail entry's facts (group: the group it settled through; reason: why it
--- was cancelled; defaulted).
+-- for settled_ttl (the reply at least REPLY_MIN_TTL; the group it settled through in
+-- the hash's `group`) (and listed among the recent ones, a capped index that forgets
+-- what expired), and counted in the fleet's trends. k = {req, reply, inbox, turn,
+-- pending, events, timers, asked, payload, timeout_body, idem, audit, audit_log,
+-- recent, trends}. `note`: the trail entry's facts (group: the group it settled
+-- through; reason: why it was cancelled; defaulted).
 -- `r`: the request as load() read it, when nothing changed it since (saves a read).
 local function settle(k, request_id, state, code, body, by, note, r)
   note = note or {}
@@ -356,7 +420,8 @@ local function settle(k, request_id, state, code, body, by, note, r)
   redis.call('SREM', k.asked, request_id)
   local now = now_ms()
   redis.call('HSET', k.req, 'state', state, 'code', code, 'by', by,
-    'settled_ms', now, 'undecided', '', 'claimers', '', 'reason', note.reason or '')
+    'settled_ms', now, 'undecided', '', 'claimers', '', 'reason', note.reason or '',
+    'group', note.group or '')
   redis.call('EXPIRE', k.req, settled_ttl)
   redis.call('EXPIRE', k.payload, settled_ttl)  -- a late answer is still validated
   -- The idempotency index lasts as long as the request: the same key asked again
@@ -366,7 +431,7 @@ local function settle(k, request_id, state, code, body, by, note, r)
   -- The timeout body exists only for an ask with a timeout: a request known (`r`) to
   -- have none ('0', ask.lua) skips the DEL; unknown, or asked before the field, deletes.
   if not r or r.timeout ~= '0' then redis.call('DEL', k.timeout_body) end
-  redis.call('SET', k.reply, body, 'EX', settled_ttl)
+  redis.call('SET', k.reply, body, 'EX', math.max(settled_ttl, REPLY_MIN_TTL))
   redis.call('RPUSH', k.inbox, request_id .. ' ' .. body)
   redis.call('EXPIRE', k.inbox, settled_ttl)
   redis.call('SREM', k.turn, request_id)
@@ -420,9 +485,9 @@ local function plan_fall_through(k, r)
   local scope_of = scope_reader(function()
     return redis.call('GET', k.payload) or redis.call('HGET', k.req, 'payload')
   end)
-  local priority, members, infos = route(k, tier, now, scope_of)
+  local priority, members, infos, grace = route(k, tier, now, scope_of)
   if priority ~= nil and not tier_stream(priority) then return nil end
-  return {priority = priority, members = members, infos = infos, now = now}
+  return {priority = priority, members = members, infos = infos, grace = grace, now = now}
 end
 
 -- `shown`: a group of the tier held a claim (it may show the question), so its
@@ -439,7 +504,7 @@ local function fall_through(k, request_id, plan, shown, r, note)
   end
   end_offer(k, request_id, nil, r)
   offer_to(k, request_id, plan.priority, plan.members, plan.now,
-    {info = plan.infos, inbox = r.inbox, first = note})
+    {info = plan.infos, grace = plan.grace, inbox = r.inbox, first = note})
   if shown then
     announce(k, request_id, 'OFFERED', '', '', 'tier', plan.priority)
   end

@@ -6,6 +6,9 @@
 --   escalate  the group's claim was not answered in time: as if it released; its
 --             channel retracts (event ESCALATED)
 --   remind    the group's channel re-notifies (event REMIND)
+--   overdue   a group offered while its heartbeat was overdue (route(), common.lua)
+--             has not beaten again by the end of its grace: as if it declined (one
+--             live again keeps the offer, with its own decision window)
 -- uses: req reply payload timeout_body idem inbox asked turn pending events
 -- uses: groups live group_info timers wake audit audit_log recent trends +tiers
 -- args: tier_prefix settled_ttl events_maxlen audit_maxlen recent_max request_id timer
@@ -37,6 +40,12 @@ local state
 if kind == 'window' then
   if not contains(r.undecided, group) then return moot() end
   state = leave_undecided(r, group, 'window_missed')
+elseif kind == 'overdue' then
+  if not contains(r.undecided, group) then return moot() end
+  local live_until = tonumber(redis.call('ZSCORE', K.live, group))
+  if live_until and live_until > now_ms() then return moot() end
+  state = leave_undecided(r, group, 'overdue')
+  if state then drop_timer(K, member) end
 elseif kind == 'escalate' then
   if not contains(r.claimers, group) then return moot() end
   state = leave_claim(r, group, 'escalated')

@@ -18,7 +18,7 @@
 -- through; it replies full = '1', and the replica says Redis is full (_full.py). A
 -- replica starting up is refused as any other write is.
 --
--- uses: groups group_info live consumers stream beats
+-- uses: groups group_info live consumers stream beats registry
 -- args: group priority info identity consumer ttl_ms mode
 -- replies: OK restored full | CONFLICT priority info
 local GROUPS, INFO, LIVE, CONSUMERS, STREAM = K.groups, K.group_info, K.live, K.consumers, K.stream
@@ -74,6 +74,10 @@ else
   restored = '1'
 end
 
+-- The registry's marker: written once per data set, with the time it was first written
+-- (a caller that saw another one knows the registry was lost, and waits a moment for
+-- its groups to register again before it says nobody can answer: ask.lua).
+redis.call('SET', K.registry, now .. ':' .. consumer, 'NX')
 if mode ~= 'beat' then redis.call('ZADD', CONSUMERS, live_until, consumer) end
 redis.call('ZADD', LIVE, 'GT', live_until, group)
 -- When each replica last beat (`askq status` shows its age). At a start, forget the

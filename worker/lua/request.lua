@@ -22,6 +22,19 @@ local function gone(r)
   return {'SETTLED', r.state, r.by, r.code, r.reason}
 end
 
+-- A group's answer sent again because the reply to an earlier send was lost
+-- (resent = '1'): true if that send landed, the request settled with exactly this
+-- answer through this group (or, expired since, its reply, which outlasts it, is this
+-- answer). For answer and claim_answer, which declare reply and the arguments resent
+-- and settlement.
+local function landed(r, group)
+  if A.resent ~= '1' then return false end
+  if r.state and (r.state ~= 'ANSWERED' or redis.call('HGET', K.req, 'group') ~= group) then
+    return false
+  end
+  return redis.call('GET', K.reply) == A.settlement
+end
+
 -- Before writing: the stream of the request's current tier must be declared, and the
 -- caller's inbox must be the one the request replies to now (an idempotent ask from a
 -- restarted caller moves it). Else the script changes nothing and returns STALE.
@@ -59,7 +72,8 @@ local function move_on(r, shown, note)
 end
 
 -- The group leaves the undecided set of the current offer (`event`: it 'declined',
--- or its decision window closed, 'window_missed'); the last one out with no claim held
+-- its decision window closed, 'window_missed', or it was offered while its heartbeat
+-- was overdue and did not beat again in its grace, 'overdue'); the last one out with no claim held
 -- moves the request on. Returns the new state, or nil (nothing changed) when the view
 -- is stale.
 local function leave_undecided(r, group, event)
@@ -70,7 +84,7 @@ local function leave_undecided(r, group, event)
   audit(K, request_id, note[1], note[2])
   redis.call('XACK', tier_prefix .. r.tier, group, r.offer)
   redis.call('HSET', K.req, 'undecided', table.concat(undecided, ','))
-  drop_timer(K, timer_of('window', request_id, r.offer, group))
+  drop_decision_timers(K, request_id, r.offer, group)
   return r.state
 end
 

@@ -20,23 +20,25 @@ ANSWERS = [YES, NO, NO]
 
 
 async def asked_apart(
-    human: MemoryAnswerer, start: Callable[[int], Awaitable[Any]]
+    human: MemoryAnswerer,
+    start: Callable[[int], Awaitable[Any]],
+    answer: Callable[[int, Offer], Any] = lambda i, offer: ANSWERS[i],
 ) -> tuple[list[Any], list[Offer]]:
     """Three runs (`start(i)` runs run i to its end): the first two side by side, the
     third once they are answered. Returns their results and the offers the human saw,
-    one per run."""
+    one per run. `answer(i, offer)`: what the human answers run i (`ANSWERS[i]`)."""
     runs: list[asyncio.Future[Any]] = []
     offers: list[Offer] = []
     try:
         for i in range(2):
             runs.append(asyncio.ensure_future(start(i)))
             offers.append(await _asked(human, i))
-        for offer, answers in zip(reversed(offers), reversed(ANSWERS[:2]), strict=True):
-            await human.answer(offer.request_id, answers)
+        for i in (1, 0):
+            await human.answer(offers[i].request_id, answer(i, offers[i]))
         results = [await asyncio.wait_for(run, 20) for run in runs]
         runs.append(asyncio.ensure_future(start(2)))
         offers.append(await _asked(human, 2))
-        await human.answer(offers[2].request_id, ANSWERS[2])
+        await human.answer(offers[2].request_id, answer(2, offers[2]))
         results.append(await asyncio.wait_for(runs[2], 20))
     finally:
         for run in runs:

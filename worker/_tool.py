@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ._checks import check_text
 from ._errors import AskError, ErrorCode
 from ._models import AskInput, Caller
+from ._text import quoted
 
 if TYPE_CHECKING:
     from ._seam import Seam
@@ -95,13 +96,14 @@ def tool_call_key(agent_id: str, run_id: RunId | None, tool_call_id: str) -> str
     if not parts or not all(isinstance(p, str) for p in parts) or not any(parts):
         raise AskError(
             ErrorCode.CONFIG_ERROR,
-            f"tool call {tool_call_id!r}: no id unique to its run, so no idempotency key"
+            f"tool call {quoted(tool_call_id)}: no id unique to its run, so no idempotency key"
             " (a tool-call id alone is shared by every run that repeats it)",
         )
     for part in parts:
         if part:
             check_text(part, "run id", 256)
-    body = json.dumps([agent_id, *parts, tool_call_id], ensure_ascii=False, separators=(",", ":"))
+    # ASCII JSON: unambiguous however the ids are spelled ("a:b" + "c" is not "a" + "b:c").
+    body = json.dumps([agent_id, *parts, tool_call_id], separators=(",", ":"))
     return "tool-call:" + hashlib.sha256(body.encode()).hexdigest()[:40]
 
 

@@ -490,6 +490,18 @@ def picked(i: int, offer: Offer) -> list[dict[str, Any]]:
 PICKED = [{DB: "Postgres", CHECKS: "Lint"}, {DB: "SQLite", CHECKS: "Lint"}]
 
 
+async def hook_run(backend: Backend, payload: Any) -> tuple[int, str, str]:
+    """The hook run to its end; killed if the test stops waiting for it (a run that is
+    never asked waits for ever)."""
+    proc = await start_hook(backend, payload)
+    try:
+        return await finish(proc)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
 async def test_hook_two_sessions_with_the_same_tool_use_id_are_each_asked(
     backend: Backend,
 ) -> None:
@@ -500,7 +512,9 @@ async def test_hook_two_sessions_with_the_same_tool_use_id_are_each_asked(
 
     async def start(i: int) -> Any:
         payload = {**hook_input({"questions": QUESTIONS}), "session_id": sessions[i]}
-        return (await hook(backend, payload))["hookSpecificOutput"]["updatedInput"]["answers"]
+        code, out, err = await hook_run(backend, payload)
+        assert (code, err) == (0, ""), err
+        return json.loads(out)["hookSpecificOutput"]["updatedInput"]["answers"]
 
     async with backend.seam() as seam, running(seam, mem, "humans"):
         results, offers = await asked_apart(mem, start, picked)
@@ -519,7 +533,7 @@ async def test_hook_without_a_session_asks_without_a_key(backend: Backend) -> No
     del payload["session_id"]
 
     async def start(i: int) -> Any:
-        code, out, err = await finish(await start_hook(backend, payload))
+        code, out, err = await hook_run(backend, payload)
         assert code == 0 and "no id unique to this run" in err, err
         return json.loads(out)["hookSpecificOutput"]["updatedInput"]["answers"]
 

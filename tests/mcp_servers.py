@@ -9,7 +9,8 @@ import contextlib
 import select
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from conftest import Backend, _free_port
@@ -84,3 +85,16 @@ async def mcp_client(
             async with Client(url, mode=era, **kw) as client:
                 assert client.protocol_version == ERA_VERSION[era]
                 yield client
+
+
+@contextlib.asynccontextmanager
+async def client_factory(
+    backend: Backend, transport: str, era: str
+) -> AsyncIterator[Callable[[], AbstractAsyncContextManager[Client]]]:
+    """Clients of one deployment: over HTTP, connections to one server; over stdio, each
+    client with the server it launches (a stdio server serves one connection)."""
+    if transport == "stdio":
+        yield lambda: mcp_client(backend, "stdio", era)
+        return
+    async with http_server(backend) as url:
+        yield lambda: Client(url, mode=era)

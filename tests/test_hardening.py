@@ -211,8 +211,9 @@ async def test_19_bad_input_is_invalid_request_naming_the_field(seam: Seam) -> N
             ({"timeout": float("inf")}, "timeout"),
             ({"timeout": 1e308}, "timeout"),
             ({"timeout": float("nan")}, "timeout"),
-            ({"tool_call_id": "k\ud800"}, "idempotency_key"),
-            ({"tool_call_id": "k" * 257}, "idempotency_key"),
+            ({"tool_call_id": "k\ud800"}, "tool_call_id"),
+            ({"tool_call_id": "k" * 257}, "tool_call_id"),
+            ({"idempotency_key": "k\ud800"}, "idempotency_key"),
         ]
         for case, field in cases:
             args = case.pop("args", SEED)

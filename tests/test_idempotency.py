@@ -8,8 +8,9 @@ import random
 from typing import Any
 
 import pytest
-from conftest import NO, SEED, YES, YES_JSON, Backend, running
+from conftest import NO, NO_JSON, SEED, YES, YES_JSON, Backend, running
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from two_runs import asked_apart
 
 from askq import AskError, Caller, ErrorCode, Seam
 from askq._sweeper import Sweeper
@@ -352,6 +353,48 @@ async def test_tool_call_id_makes_the_tool_idempotent(seam: Seam) -> None:
         again = await tool.execute(SEED, caller(), tool_call_id="toolu_01")
     assert first.content == again.content == YES_JSON
     assert human.presented.qsize() == 1  # the human was asked once
+
+
+async def test_the_same_tool_call_id_in_two_turns_is_asked_apart(seam: Seam) -> None:
+    """A tool-call id is unique only within its run (a test model's `call_1` is in every
+    run): two turns calling with the same id are two questions, each with its answer,
+    and a turn run again (a restarted agent) gets its own answer, asked once."""
+    from askq import AskUserQuestionTool
+
+    human = MemoryAnswerer()
+    tool = AskUserQuestionTool(seam)
+
+    async def start(i: int) -> str:
+        return (await tool.execute(SEED, caller(f"turn-{i}"), tool_call_id="call_1")).content
+
+    async with running(seam, human, "desk"):
+        results, offers = await asked_apart(human, start)
+        again = await tool.execute(SEED, caller("turn-0"), tool_call_id="call_1")
+        assert human.presented.empty()
+        # run_id names the run instead of the turn: a third run, the same call id.
+        other = asyncio.create_task(
+            tool.execute(SEED, caller("turn-0"), tool_call_id="call_1", run_id="run-9")
+        )
+        offer = await human.next_presented(20)
+        await human.answer(offer.request_id, NO)
+        assert (await other).content == NO_JSON
+    assert results == [YES_JSON, NO_JSON, NO_JSON] and again.content == YES_JSON
+
+
+async def test_a_tool_call_without_a_run_has_no_key(seam: Seam) -> None:
+    """An empty run id is refused, never replaced by a key two runs could share."""
+    from askq import AskUserQuestionTool
+    from askq._tool import tool_call_key
+
+    for run in ("", [], ["", ""]):
+        with pytest.raises(AskError) as info:
+            tool_call_key("agent", run, "call_1")
+        assert info.value.code is ErrorCode.CONFIG_ERROR
+        assert "no id unique to its run" in info.value.message
+    result = await AskUserQuestionTool(seam).execute(SEED, caller(), tool_call_id="c", run_id="")
+    assert result.is_error and result.code is ErrorCode.CONFIG_ERROR
+    # Ids that only look alike as text are different runs.
+    assert tool_call_key("a", ["x:y", "z"], "c") != tool_call_key("a", ["x", "y:z"], "c")
 
 
 async def test_tool_timeout_default_tells_the_model(seam: Seam) -> None:

@@ -13,6 +13,7 @@ import json
 import signal
 import types
 import typing
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,6 +27,7 @@ from claude_agent_sdk.types import (
 )
 from conftest import Backend, running
 from test_processes import ASKQ, finish, worker_process
+from two_runs import asked_apart
 
 from askq import AskUserQuestionTool, Offer, Seam
 from askq.answerers.memory import MemoryAnswerer
@@ -471,3 +473,97 @@ async def test_sdk_pre_tool_use_hook_callback(backend: Backend) -> None:
         CHECKS: "Lint, Tests, a smoke run",
     }
     assert other["response"] == {}
+
+
+# --- two conversations with the same tool-use id ----------------------------------------
+
+
+def picked(i: int, offer: Offer) -> list[dict[str, Any]]:
+    """Run i's human: Postgres for the first, SQLite after; Lint for the checks."""
+    first, second = offer.questions
+    return [
+        {"id": first.id, "selected": ["Postgres" if i == 0 else "SQLite"]},
+        {"id": second.id, "selected": ["Lint"]},
+    ]
+
+
+PICKED = [{DB: "Postgres", CHECKS: "Lint"}, {DB: "SQLite", CHECKS: "Lint"}]
+
+
+async def hook_run(backend: Backend, payload: Any) -> tuple[int, str, str]:
+    """The hook run to its end; killed if the test stops waiting for it (a run that is
+    never asked waits for ever)."""
+    proc = await start_hook(backend, payload)
+    try:
+        return await finish(proc)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_hook_two_sessions_with_the_same_tool_use_id_are_each_asked(
+    backend: Backend,
+) -> None:
+    """A tool-use id is unique within its conversation only: two sessions calling with
+    `toolu_01` are two questions (the key is the id within the session)."""
+    mem = MemoryAnswerer()
+    sessions = [str(uuid.uuid4()) for _ in range(3)]
+
+    async def start(i: int) -> Any:
+        payload = {**hook_input({"questions": QUESTIONS}), "session_id": sessions[i]}
+        code, out, err = await hook_run(backend, payload)
+        assert (code, err) == (0, ""), err
+        return json.loads(out)["hookSpecificOutput"]["updatedInput"]["answers"]
+
+    async with backend.seam() as seam, running(seam, mem, "humans"):
+        results, offers = await asked_apart(mem, start, picked)
+        # The same session's call again (the hook run again): reattached, asked once.
+        payload = {**hook_input({"questions": QUESTIONS}), "session_id": sessions[1]}
+        again = await hook(backend, payload)
+        assert mem.presented.empty()
+    assert results == [PICKED[0], PICKED[1], PICKED[1]]
+    assert again["hookSpecificOutput"]["updatedInput"]["answers"] == PICKED[1]
+    assert [o.caller.agent_id for o in offers] == [f"claude-code:{s}" for s in sessions]
+
+
+async def test_hook_without_a_session_asks_without_a_key(backend: Backend) -> None:
+    mem = MemoryAnswerer()
+    payload = hook_input({"questions": QUESTIONS})
+    del payload["session_id"]
+
+    async def start(i: int) -> Any:
+        code, out, err = await hook_run(backend, payload)
+        assert code == 0 and "no id unique to this run" in err, err
+        return json.loads(out)["hookSpecificOutput"]["updatedInput"]["answers"]
+
+    async with backend.seam() as seam, running(seam, mem, "humans"):
+        results, offers = await asked_apart(mem, start, picked)
+        for offer in offers:
+            assert (await seam.request_info(offer.request_id)).request.idempotency is None
+    assert results == [PICKED[0], PICKED[1], PICKED[1]]
+
+
+async def test_sdk_adapters_of_two_runs_with_the_same_tool_use_id_are_each_asked(
+    backend: Backend,
+) -> None:
+    """`can_use_tool` carries no session id: the adapter's turn (one per run) is what
+    makes the tool-use id unique."""
+    mem = MemoryAnswerer()
+    turns = [f"turn-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    async with backend.seam() as seam, running(seam, mem, "humans"):
+
+        async def start(i: int) -> Any:
+            adapter = AskqCanUseTool(AskUserQuestionTool(seam), agent_id="sdk", turn_id=turns[i])
+            query, transport = await sdk_with(seam, adapter)
+            try:  # the same request id, so the same tool-use id (toolu_r1), every run
+                request = permission_request("r1", "AskUserQuestion", {"questions": QUESTIONS})
+                transport.incoming.put_nowait(request)
+                reply = await asyncio.wait_for(transport.written.get(), 30)
+            finally:
+                await query.close()
+            return reply["response"]["response"]["updatedInput"]["answers"]
+
+        results, offers = await asked_apart(mem, start, picked)
+    assert results == [PICKED[0], PICKED[1], PICKED[1]]
+    assert [o.caller.turn_id for o in offers] == turns

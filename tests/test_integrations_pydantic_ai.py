@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import pytest
-from conftest import SEED, YES_JSON, Backend, running
-from pydantic_ai import Agent, CancellationToken
+from conftest import NO_JSON, SEED, YES_JSON, Backend, running
+from pydantic_ai import Agent, CancellationToken, RunContext
 from pydantic_ai.exceptions import RunCancelled
 from pydantic_ai.messages import (
     ModelMessage,
@@ -21,8 +22,13 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.usage import RunUsage
+from two_runs import asked_apart
 
 from askq import AskUserQuestionTool, Offer, input_schema
+from askq import _tool as askq_tool
+from askq._tool import tool_call_key
 from askq.answerers.memory import MemoryAnswerer
 from askq.integrations.pydantic_ai import ask_user_question_tool
 
@@ -67,7 +73,8 @@ async def test_the_model_sees_askq_schema_and_gets_its_json(backend: Backend) ->
         result = await agent_for(AskUserQuestionTool(seam), model).run("clean up?", run_id="run-1")
         offer = await mem.next_presented()
         # The tool call, in its run, is the idempotency key.
-        assert await seam.idempotent_request("pydantic-ai:run-1:call_0") == offer.request_id
+        key = tool_call_key("pa-agent", "run-1", "call_0")
+        assert await seam.idempotent_request(key) == offer.request_id
     assert result.output == YES_JSON
     assert model.schemas == [input_schema()]
     returned = model.seen[-1]
@@ -117,3 +124,48 @@ async def test_aborting_the_run_turn_and_cancelling_the_run(backend: Backend) ->
         while retraction.request_id != offer.request_id:
             retraction = await mem.next_retracted()
         assert retraction.state == "CANCELLED"
+
+
+# --- two runs with the same call id (the scripted model's `call_0` in each) -------------
+
+
+async def test_two_runs_with_the_same_call_id_are_each_asked(backend: Backend) -> None:
+    """pydantic-ai's run id is unique per run: the same call id in two runs is two
+    questions; the same run id again (a durable engine re-running it) reattaches."""
+    mem = MemoryAnswerer()
+    async with backend.seam() as seam, running(seam, mem, "humans"):
+        tool = AskUserQuestionTool(seam)
+
+        async def start(i: int) -> str:
+            return (await agent_for(tool, ScriptedModel(SEED)).run("clean up?")).output
+
+        results, offers = await asked_apart(mem, start)
+        run_id = offers[0].caller.turn_id
+        again = await agent_for(tool, ScriptedModel(SEED)).run("clean up?", run_id=run_id)
+        assert mem.presented.empty()
+    assert results == [YES_JSON, NO_JSON, NO_JSON] and again.output == YES_JSON
+    assert len({o.caller.turn_id for o in offers}) == 3
+
+
+async def test_a_context_without_a_run_id_asks_without_a_key(
+    backend: Backend, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A RunContext built by hand has no run id: the call asks without a key, in a turn
+    of its own, never in one shared with every other such call."""
+    monkeypatch.setattr(askq_tool, "_warned", set(), raising=False)
+    mem = MemoryAnswerer()
+    async with backend.seam() as seam, running(seam, mem, "humans"):
+        function = ask_user_question_tool(AskUserQuestionTool(seam)).function
+        ctx = RunContext(deps=None, model=TestModel(), usage=RunUsage(), tool_call_id="call_0")
+        assert ctx.run_id is None
+
+        async def start(i: int) -> str:
+            return str(await function(ctx, **SEED))  # type: ignore[call-arg]
+
+        with caplog.at_level(logging.WARNING, logger="askq.tool"):
+            results, offers = await asked_apart(mem, start)
+        for offer in offers:
+            assert (await seam.request_info(offer.request_id)).request.idempotency is None
+    assert results == [YES_JSON, NO_JSON, NO_JSON]
+    assert len({o.caller.turn_id for o in offers}) == 3
+    assert [r for r in caplog.records if "pydantic-ai: no id unique" in r.getMessage()]

@@ -8,13 +8,15 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from typing import Any
 
 import pytest
 from conftest import ROOT, SEED, YES_JSON, Backend, running
 from mcp import Client
-from mcp_servers import ERAS, TRANSPORTS, http_server, mcp_client, mcp_env
+from mcp_servers import ERAS, TRANSPORTS, client_factory, http_server, mcp_client, mcp_env
 from test_processes import worker_process
+from two_runs import asked_apart
 
 from askq import Seam, input_schema
 from askq.answerers.memory import MemoryAnswerer
@@ -106,18 +108,19 @@ async def test_a_call_reissued_after_a_dropped_stream_reattaches(
     """2026-era HTTP: the stream drops (the client closes it), the client re-issues the
     call under a new JSON-RPC id within the grace period: same request, asked once."""
     mem = MemoryAnswerer()
+    meta = {"io.askq/turn": f"turn-{uuid.uuid4().hex}"}  # 2026 has no session: the run
     async with running(seam, mem, "humans"), mcp_client(backend, "http", "2026-07-28") as client:
-        first = asyncio.ensure_future(client.call_tool("ask_user_question", SEED))
+        first = asyncio.ensure_future(client.call_tool("ask_user_question", SEED, meta=meta))
         offer = await mem.next_presented(20)
         first.cancel()
         await asyncio.sleep(0.2)
-        again = asyncio.ensure_future(client.call_tool("ask_user_question", SEED))
+        again = asyncio.ensure_future(client.call_tool("ask_user_question", SEED, meta=meta))
         await asyncio.sleep(1.5)  # past the grace: the first call's withdrawal was called off
         assert mem.presented.empty() and mem.retracted.empty()
         await mem.answer(offer.request_id, NO)
         assert text(await asyncio.wait_for(again, 20)) == NO_JSON
         # Answered and delivered: the same arguments now ask a new question.
-        third = asyncio.ensure_future(client.call_tool("ask_user_question", SEED))
+        third = asyncio.ensure_future(client.call_tool("ask_user_question", SEED, meta=meta))
         assert (await mem.next_presented(20)).request_id != offer.request_id
         third.cancel()
 
@@ -262,11 +265,15 @@ def _line(message: dict[str, Any]) -> bytes:
     return (json.dumps(message) + "\n").encode()
 
 
+@pytest.mark.parametrize("stdin", ["open", "closed"])
 async def test_a_stdio_server_stopped_by_sigterm_withdraws_what_it_waits_on(
-    backend: Backend, seam: Seam
+    backend: Backend, seam: Seam, stdin: str
 ) -> None:
     """Raw JSON-RPC over the pipe (the 2025 handshake), then SIGTERM while the call
-    waits: the question is retracted and the server exits 0."""
+    waits: the question is retracted and the server exits 0. Also when its client went
+    away first (stdin closed) and the server keeps the dropped call for the grace (a
+    minute here): SIGTERM ends the grace (the SDK's client sends it 2 s after closing
+    stdin)."""
     mem = MemoryAnswerer()
     async with running(seam, mem, "humans"):
         proc = await asyncio.create_subprocess_exec(
@@ -294,6 +301,10 @@ async def test_a_stdio_server_stopped_by_sigterm_withdraws_what_it_waits_on(
                 _line({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
             )
             offer = await mem.next_presented(20)
+            if stdin == "closed":
+                proc.stdin.close()
+                await asyncio.sleep(0.5)
+                assert mem.retracted.empty() and proc.returncode is None  # in its grace
             proc.terminate()
             assert (await mem.next_retracted(20)).request_id == offer.request_id
             assert await asyncio.wait_for(proc.wait(), 20) == 0
@@ -344,3 +355,55 @@ async def test_a_connection_may_name_who_asks_unless_told_not_to(
             assert offer.caller.turn_id.startswith("mcp-stdio-")
             await mem.answer(offer.request_id, NO)
             assert text(await asyncio.wait_for(call, 20)) == NO_JSON
+
+
+# --- runs with the same call id, or the same arguments ----------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_runs_with_the_same_tool_call_id_are_each_asked(
+    backend: Backend, seam: Seam, transport: str, era: str
+) -> None:
+    """`io.askq/toolCallId` names a call within its run (the turn the client names):
+    two runs calling with `call_1` are two questions."""
+    mem = MemoryAnswerer()
+    turns = [f"turn-{uuid.uuid4().hex}" for _ in range(3)]
+    async with running(seam, mem, "humans"), client_factory(backend, transport, era) as connect:
+
+        async def start(i: int) -> str:
+            meta = {"io.askq/turn": turns[i], "io.askq/toolCallId": "call_1"}
+            async with connect() as client:
+                return text(await client.call_tool("ask_user_question", SEED, meta=meta))
+
+        results, offers = await asked_apart(mem, start)
+    assert results == [YES_JSON, NO_JSON, NO_JSON]
+    assert [o.caller.turn_id for o in offers] == turns
+
+
+async def test_calls_without_a_run_are_never_merged(backend: Backend, seam: Seam) -> None:
+    """2026-era HTTP naming no turn: no session, no run, so no key. Two clients asking
+    the same at once are asked apart (not one told that the other took its question
+    over); a dropped call is withdrawn at once (nothing could reattach to it); a call
+    id with no run to be unique in is refused, saying how to name the run."""
+    mem = MemoryAnswerer()
+    env = {"ASKQ_MCP_REATTACH_GRACE": "60"}
+    async with running(seam, mem, "humans"), http_server(backend, **env) as url:
+
+        async def start(i: int) -> str:
+            async with Client(url, mode="2026-07-28") as client:
+                return text(await client.call_tool("ask_user_question", SEED))
+
+        results, offers = await asked_apart(mem, start)
+        assert results == [YES_JSON, NO_JSON, NO_JSON]
+        async with Client(url, mode="2026-07-28") as client:
+            dropped = asyncio.ensure_future(client.call_tool("ask_user_question", SEED))
+            offer = await mem.next_presented(20)
+            dropped.cancel()  # 2026 HTTP: closing the stream, no notifications/cancelled
+            assert (await mem.next_retracted(20)).request_id == offer.request_id
+            meta = {"io.askq/toolCallId": "call_1"}
+            refused = await client.call_tool("ask_user_question", SEED, meta=meta)
+    assert refused.is_error and text(refused).startswith(
+        "INVALID_REQUEST: io.askq/toolCallId: a call id is unique only within its run"
+    )
+    assert "io.askq/turn" in text(refused) and mem.presented.empty()

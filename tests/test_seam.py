@@ -10,6 +10,7 @@ import pytest
 from conftest import NO, NO_JSON, SEED, YES, YES_JSON, Backend, running
 
 from askq import AskError, AskUserQuestionTool, Caller, ErrorCode, Seam, Settlement, SyncSeam
+from askq._tool import tool_call_key
 from askq.answerers.memory import MemoryAnswerer
 
 pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
@@ -439,7 +440,8 @@ def test_sync_seam_round_trip(backend: Backend) -> None:
             assert result.content == YES_JSON
             # The caller options pass through: an idempotent call answered once.
             keyed = sync.execute(SEED, CALLER, tool_call_id="toolu_sync", timeout=30)
-            assert sync.ask(SEED, CALLER, idempotency_key="toolu_sync").to_json() == keyed.content
+            key = tool_call_key(CALLER.agent_id, CALLER.turn_id, "toolu_sync")
+            assert sync.ask(SEED, CALLER, idempotency_key=key).to_json() == keyed.content
             already = threading.Event()
             already.set()
             with pytest.raises(AskError) as info:

@@ -70,8 +70,8 @@ class SyncSeam:
         scope: Mapping[str, str] | None = None,
         **options: Any,
     ) -> ToolResult:
-        """The `ask_user_question` tool call, blocking. `options`: tool_call_id,
-        timeout, on_timeout, default (see `AskUserQuestionTool.execute`)."""
+        """The `ask_user_question` tool call, blocking. `options`: tool_call_id, run_id,
+        idempotency_key, timeout, on_timeout, default (see `AskUserQuestionTool.execute`)."""
         tool = AskUserQuestionTool(self.seam, scope=scope)
         with self._bridge(signal) as event:
             return self._call(tool.execute(args, caller, event, **options))

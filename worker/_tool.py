@@ -10,15 +10,18 @@ byte-identical across calls and processes (it sits in the model's cached prefix)
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from ._checks import check_text
 from ._errors import AskError, ErrorCode
 from ._models import AskInput, Caller
+from ._text import quoted
 
 if TYPE_CHECKING:
     from ._seam import Seam
@@ -73,6 +76,52 @@ def input_schema_json() -> str:
 def input_schema() -> dict[str, Any]:
     result: dict[str, Any] = json.loads(input_schema_json())
     return result
+
+
+RunId = str | Sequence[str]
+
+
+def tool_call_key(agent_id: str, run_id: RunId | None, tool_call_id: str) -> str:
+    """The idempotency key of one tool call: the agent's call `tool_call_id` within the
+    run `run_id` (an id, or the ids that together name the run).
+
+    A tool-call id is unique only within its run: a test model's `call_1` is in every
+    run, and a provider promises its ids unique within one conversation. A key built
+    from it alone is shared by two runs, and the second gets the first one's answer
+    without anyone being asked. So there is no key without a run: a missing or empty
+    `run_id` is refused (CONFIG_ERROR), never replaced by something two runs share.
+    A malformed call id is INVALID_REQUEST naming `tool_call_id`."""
+    check_text(tool_call_id, "tool_call_id", 256)
+    parts = [run_id] if isinstance(run_id, str) else list(run_id or [])
+    if not parts or not all(isinstance(p, str) for p in parts) or not any(parts):
+        raise AskError(
+            ErrorCode.CONFIG_ERROR,
+            f"tool call {quoted(tool_call_id)}: no id unique to its run, so no idempotency key"
+            " (a tool-call id alone is shared by every run that repeats it)",
+        )
+    for part in parts:
+        if part:
+            check_text(part, "run id", 256)
+    # ASCII JSON: unambiguous however the ids are spelled ("a:b" + "c" is not "a" + "b:c").
+    body = json.dumps([agent_id, *parts, tool_call_id], separators=(",", ":"))
+    return "tool-call:" + hashlib.sha256(body.encode()).hexdigest()[:40]
+
+
+_warned: set[str] = set()
+
+
+def warn_unkeyed_once(integration: str, how: str) -> None:
+    """Say once per process that `integration` asks without an idempotency key (it found
+    no id unique to the run), and `how` to give it one."""
+    if integration in _warned:
+        return
+    _warned.add(integration)
+    log.warning(
+        "%s: no id unique to this run, so ask_user_question asks without an idempotency"
+        " key: a tool call run again (a restarted agent) asks the human again. %s",
+        integration,
+        how,
+    )
 
 
 @dataclass(frozen=True)
@@ -146,16 +195,29 @@ class AskUserQuestionTool:
         signal: AbortSignal | None = None,
         *,
         tool_call_id: str | None = None,
+        run_id: RunId | None = None,
+        idempotency_key: str | None = None,
         timeout: float | None = None,
         on_timeout: OnTimeout | None = None,
         default: Any = None,
     ) -> ToolResult:
         """Run one tool call. Never raises for anything the model should hear about.
 
-        `tool_call_id` makes the call idempotent: an agent that restarts and runs the
-        same tool call again gets the same question's answer, without asking twice.
+        `tool_call_id` makes the call idempotent within its run: an agent that restarts
+        and runs the same tool call again gets the same question's answer, without
+        asking twice, and another run with the same call id is asked anew. The run is
+        `run_id` (the framework's id for it), else the caller's turn (then one turn per
+        run). `idempotency_key`: a key the caller built itself (unique per run), instead.
         `timeout`, `on_timeout`, `default` override the tool's policy for this call."""
         try:
+            if tool_call_id is not None:
+                if idempotency_key is not None:
+                    raise AskError(
+                        ErrorCode.INVALID_REQUEST,
+                        "tool_call_id: give it or an idempotency_key, not both",
+                    )
+                run = run_id if run_id is not None else [caller.turn_id]
+                idempotency_key = tool_call_key(caller.agent_id, run, tool_call_id)
             answers = await self.seam.ask(
                 args,
                 caller,
@@ -164,7 +226,7 @@ class AskUserQuestionTool:
                 timeout=timeout if timeout is not None else self.timeout,
                 on_timeout=on_timeout or self.on_timeout,
                 default=default,
-                idempotency_key=tool_call_id,
+                idempotency_key=idempotency_key,
             )
         except AskError as exc:
             return ToolResult(content=str(exc), is_error=True, code=exc.code)

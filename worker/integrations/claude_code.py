@@ -18,10 +18,17 @@ input as `answers: {<question text>: <label>}`, a multi-select's labels joined w
 ", " (a custom "Other" text as one more item; a free-text question's text as is).
 
 askq's own question ids are derived from each question's position and text, so the
-same call maps to the same ids in every process (the tool-use id is the idempotency
-key: a hook that runs again for the same call reattaches, the human is not asked
-twice). What askq cannot show a human as asked (option previews, number sliders) is
-denied with the reason, and so is every failure (NO_ANSWERER, ABORTED, TIMED_OUT...):
+same call maps to the same ids in every process. The idempotency key is the tool-use
+id within its conversation: the session (a UUID Claude Code makes per session) and the
+sub-agent, whose conversation is its own; the SDK promises a tool-use id unique only
+within its assistant message, and the Messages API within one conversation. So a hook
+that runs again for the same call reattaches (the human is not asked twice), and
+another session with the same tool-use id is asked anew. The SDK's `can_use_tool`
+carries no session id: there the conversation is the adapter's `turn_id` (one per
+run). A call without a session asks without a key.
+
+What askq cannot show a human as asked (option previews, number sliders) is denied
+with the reason, and so is every failure (NO_ANSWERER, ABORTED, TIMED_OUT...):
 Claude reads the reason and never gets an answer nobody gave.
 """
 
@@ -32,6 +39,7 @@ import hashlib
 import json
 import logging
 import sys
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -42,7 +50,7 @@ from .._runtime import stop_on_signals
 from .._seam import Seam
 from .._settings import Settings
 from .._text import quoted, visible
-from .._tool import AskUserQuestionTool
+from .._tool import AskUserQuestionTool, RunId, warn_unkeyed_once
 
 if TYPE_CHECKING:
     from claude_agent_sdk import (
@@ -174,17 +182,24 @@ async def decide(
     *,
     signal: AbortSignal | None = None,
     tool_use_id: str | None = None,
+    conversation: RunId | None = None,
 ) -> Decision:
-    """Ask Claude Code's questions through askq: the answers, or why there are none."""
+    """Ask Claude Code's questions through askq: the answers, or why there are none.
+    `conversation`: what makes `tool_use_id` unique (the session and sub-agent); the
+    call asks without an idempotency key without it."""
     try:
         asked = from_claude(tool_input)
     except AskError as exc:
         return Decision(None, f"askq: {exc}")
+    keyed = bool(tool_use_id) and conversation is not None
+    if tool_use_id and not keyed:
+        warn_unkeyed_once("claude-code", "Claude Code's hook input names the session_id.")
     result = await tool.execute(
         asked.ask_input,
         caller,
         signal,
-        tool_call_id=f"claude-code:{tool_use_id}" if tool_use_id else None,
+        tool_call_id=tool_use_id if keyed else None,
+        run_id=conversation if keyed else None,
     )
     if result.is_error:
         return Decision(None, f"askq: {result.content}")
@@ -214,12 +229,23 @@ def hook_caller(
     session = str(hook_input.get("session_id") or "unknown")
     root = agent or f"claude-code:{session}"
     sub = hook_input.get("agent_id")
+    own = f"claude-code-call-{uuid.uuid4().hex}"  # no prompt, no session: the call's own
     given = {
         "agent_id": f"{root}/{sub}" if sub else root,
-        "turn_id": turn or str(hook_input.get("prompt_id") or session),
+        "turn_id": turn or str(hook_input.get("prompt_id") or hook_input.get("session_id") or own),
         "owner": root if sub else None,
     }
     return validate_model(Caller, given)  # a bad one is INVALID_REQUEST, so a deny
+
+
+def hook_conversation(hook_input: Mapping[str, Any]) -> list[str] | None:
+    """The conversation a hook's tool-use id is unique in: the session and the
+    sub-agent (its conversation is its own); None without a session id."""
+    session = hook_input.get("session_id")
+    if not isinstance(session, str) or not session:
+        return None
+    sub = hook_input.get("agent_id")
+    return [session, str(sub) if sub else ""]
 
 
 def parse_hook_input(raw: bytes | str) -> dict[str, Any]:
@@ -257,7 +283,12 @@ async def run_hook(
         async with Seam(settings=settings) as seam, seam.agent(caller.agent_id, caller.owner):
             tool = AskUserQuestionTool(seam, scope={**route, **(scope or {})}, timeout=timeout)
             decision = await decide(
-                tool, tool_input, caller, signal=signal, tool_use_id=hook_input.get("tool_use_id")
+                tool,
+                tool_input,
+                caller,
+                signal=signal,
+                tool_use_id=hook_input.get("tool_use_id"),
+                conversation=hook_conversation(hook_input),
             )
     except AskError as exc:
         decision = Decision(None, f"askq: {exc}")
@@ -299,8 +330,10 @@ class AskqCanUseTool:
 
     The caller is `agent_id` (a sub-agent: `agent_id/<its id>`, owned by `agent_id`),
     in turn `turn_id`: set `turn_id` per user turn to abort it (`seam.abort_turn`).
-    The SDK cancelling the request (the query interrupted or closed) withdraws the
-    question.
+    `can_use_tool` carries no session id, so the turn is also what makes a tool-use id
+    unique (the idempotency key is the tool-use id within it): one per run, never a
+    constant. The SDK cancelling the request (the query interrupted or closed)
+    withdraws the question.
     """
 
     def __init__(
@@ -342,7 +375,12 @@ class AskqCanUseTool:
         except AskError as exc:  # a sub-agent id that is not text askq can keep
             return PermissionResultDeny(message=f"askq: {exc}")
         decision = await decide(
-            self.tool, tool_input, caller, signal=signal, tool_use_id=context.tool_use_id
+            self.tool,
+            tool_input,
+            caller,
+            signal=signal,
+            tool_use_id=context.tool_use_id,
+            conversation=[self.turn_id, context.agent_id or ""],
         )
         if decision.updated_input is not None:
             return PermissionResultAllow(updated_input=decision.updated_input)
@@ -357,8 +395,9 @@ class AskqCanUseTool:
         raw: Mapping[str, Any] = cast("Mapping[str, Any]", hook_input)
         if raw.get("tool_name") != CLAUDE_TOOL or already_answered(raw.get("tool_input")):
             return {}
+        sub = raw.get("agent_id")
         try:
-            caller = self.caller(raw.get("agent_id"))
+            caller = self.caller(sub)
         except AskError as exc:
             return cast("HookJSONOutput", hook_output(Decision(None, f"askq: {exc}")))
         decision = await decide(
@@ -366,6 +405,7 @@ class AskqCanUseTool:
             raw.get("tool_input"),
             caller,
             tool_use_id=tool_use_id or raw.get("tool_use_id"),
+            conversation=hook_conversation(raw) or [self.turn_id, str(sub or "")],
         )
         return cast("HookJSONOutput", hook_output(decision))
 

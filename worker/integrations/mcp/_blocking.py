@@ -8,24 +8,30 @@ the question can end apart:
 - the stream drops or the session ends (2026-era HTTP: closing the response stream is
   the cancellation): the question is withdrawn after `reattach_grace`, unless a call
   re-issued meanwhile (a new JSON-RPC id, on any replica) attached to it;
-- a re-issued call finds the same request through askq's idempotency key: a digest of
-  the agent, the conversation (turn or session) and the arguments, plus the id of the
-  last request those settled as (kept in Redis), so the same question asked again
-  after it was answered, or after its call was cancelled, is a new question, not the
-  old answer or the withdrawal. (A question answered while its call was dropped is
-  the answer the re-issued call gets: the human is never asked twice.)
+- a re-issued call finds the same request through askq's idempotency key: the
+  client's `io.askq/toolCallId` within the conversation, or a digest of the agent, the
+  conversation and the arguments, plus the id of the last request those settled as
+  (kept in Redis), so the same question asked again after it was answered, or after
+  its call was cancelled, is a new question, not the old answer or the withdrawal. (A
+  question answered while its call was dropped is the answer the re-issued call gets:
+  the human is never asked twice.)
+
+The conversation (a turn the client names, else the session) is what makes a key
+unique per run: a call id repeats from run to run (a test model's `call_1`), and so do
+arguments. A call with no conversation (2026-era HTTP naming no turn) has no key: it
+is asked on its own, and withdrawn at once when dropped (nothing could reattach).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from askq import AskError, AskUserQuestionTool, ChannelStore, ErrorCode, ToolResult
+from askq._tool import tool_call_key
 
 from ._identity import Who
 from ._settings import McpSettings
@@ -45,12 +51,23 @@ class BlockingCalls:
         self._grace: dict[asyncio.Task[ToolResult], tuple[asyncio.TimerHandle, str, str]] = {}
         self._reattached: set[asyncio.Task[ToolResult]] = set()
         self._background: set[asyncio.Future[Any]] = set()
+        self._no_grace = asyncio.Event()  # set while no dropped call is in its grace
+        self._no_grace.set()
 
-    async def _key(self, who: Who, args: Any) -> tuple[str, str | None]:
-        """The idempotency key of this call, and the generation record it moves on."""
+    async def _key(self, who: Who, args: Any) -> tuple[str | None, str | None]:
+        """The idempotency key of this call (None: it has none), and the generation
+        record it moves on."""
+        if not who.conversation:  # no run to make a call id or arguments unique in
+            if who.tool_call_id is not None:
+                raise AskError(
+                    ErrorCode.INVALID_REQUEST,
+                    "io.askq/toolCallId: a call id is unique only within its run; name the"
+                    " run with io.askq/turn (or the Askq-Turn header) to reattach by it",
+                )
+            return None, None
         if who.tool_call_id is not None:  # the client's own id for the call: stable
-            digest = hashlib.sha256(f"{who.caller.agent_id}|{who.tool_call_id}".encode())
-            return f"mcp-call:{digest.hexdigest()[:40]}", None
+            key = tool_call_key(who.caller.agent_id, who.conversation, who.tool_call_id)
+            return key, None
         base = who.reattach_base(args)
         (after,) = await self.store.fields(f"gen:{base}", "after")
         key = f"mcp:{base}:{after or '-'}"
@@ -77,7 +94,8 @@ class BlockingCalls:
         try:
             key, base = await self._key(who, args)
             token = uuid.uuid4().hex
-            await self.store.set_fields(f"att:{key}", {"by": token})
+            if key is not None:
+                await self.store.set_fields(f"att:{key}", {"by": token})
         except AskError as exc:
             return ToolResult(content=str(exc), is_error=True, code=exc.code)
         task = asyncio.ensure_future(self._ask(args, who, key, base))
@@ -95,19 +113,19 @@ class BlockingCalls:
                 except Exception:  # noqa: BLE001 - a stream that cannot take it: keep waiting
                     log.debug("progress %d not sent", sent, exc_info=True)
         except asyncio.CancelledError:
-            if cancel_requested():
+            if cancel_requested() or key is None:
                 task.cancel()  # withdrawn everywhere (the answerers retract)
             else:
                 self._withdraw_later(task, key, token)
             raise
 
-    async def _ask(self, args: Any, who: Who, key: str, base: str | None) -> ToolResult:
+    async def _ask(self, args: Any, who: Who, key: str | None, base: str | None) -> ToolResult:
         result: ToolResult | None = None
         try:
-            result = await self.tool.execute(args, who.caller, tool_call_id=key)
+            result = await self.tool.execute(args, who.caller, idempotency_key=key)
             return result
         finally:
-            if base is not None:
+            if key is not None and base is not None:
                 # Before the result goes back: the model may ask the same at once.
                 await self._settled(
                     key, base, surely=result is not None and not _maybe_open(result)
@@ -137,13 +155,37 @@ class BlockingCalls:
             lambda: self._spawn(self._withdraw_unless_reattached(task)),
         )
         self._grace[task] = (handle, key, token)
+        self._no_grace.clear()
+        # Ended meanwhile (answered, or taken over by a re-issued call): nothing to decide.
+        task.add_done_callback(self._out_of_grace)
+
+    def _out_of_grace(self, task: asyncio.Task[ToolResult]) -> tuple[Any, ...] | None:
+        dropped = self._grace.pop(task, None)
+        if dropped is not None:
+            dropped[0].cancel()
+        if not self._grace:
+            self._no_grace.set()
+        return dropped
+
+    async def wait_out_grace(self, stop: asyncio.Event) -> None:
+        """Until no dropped call is in its grace (each re-issued elsewhere, answered, or
+        withdrawn once its grace ended), or `stop` is set: a server whose client went
+        away keeps its dropped calls' questions for a restarted client to reattach to."""
+        stopping = asyncio.ensure_future(stop.wait())
+        graced = asyncio.ensure_future(self._no_grace.wait())
+        try:
+            await asyncio.wait({stopping, graced}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            graced.cancel()
+        if self._background:  # the withdrawals the grace ended with
+            await asyncio.gather(*self._background, return_exceptions=True)
 
     async def _withdraw_unless_reattached(self, task: asyncio.Task[ToolResult]) -> None:
-        dropped = self._grace.pop(task, None)
+        dropped = self._out_of_grace(task)
         if dropped is None or task.done():
             return
         handle, key, token = dropped
-        handle.cancel()
         try:
             (latest,) = await self.store.fields(f"att:{key}", "by")
         except AskError:

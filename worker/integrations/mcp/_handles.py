@@ -131,7 +131,7 @@ class Handles:
     def _track(
         self, handle: str, tool: AskUserQuestionTool, args: Any, who: Who
     ) -> asyncio.Task[ToolResult]:
-        task = asyncio.ensure_future(tool.execute(args, who.caller, tool_call_id=_key(handle)))
+        task = asyncio.ensure_future(tool.execute(args, who.caller, idempotency_key=_key(handle)))
         self._tasks[handle] = task
 
         def done(_: object) -> None:

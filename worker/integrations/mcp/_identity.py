@@ -5,7 +5,9 @@ names them (`_meta` keys `io.askq/agent`, `io.askq/owner`, `io.askq/turn`,
 `io.askq/toolCallId`, or the HTTP headers `Askq-Agent`, `Askq-Owner`, `Askq-Turn`).
 The turn is, in order: what the client names; the MCP session (`Mcp-Session-Id` on
 2025-era HTTP; the one connection of a stdio server process); else the call itself
-(2026-era HTTP has no session: name a turn to make `askq abort` reach several calls).
+(2026-era HTTP has no session: name a turn to make `askq abort` reach several calls,
+and a call re-issuable). The named turn or the session is the conversation, the run a
+call id or arguments are unique in; without one a call has no idempotency key.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ HEADER = "askq-"
 @dataclass(frozen=True)
 class Who:
     """The caller of one tool call, and what stays the same when the call is re-issued
-    (`conversation`: the client's turn or the session; "" when there is neither)."""
+    (`conversation`: the client's turn or the session, the run its call id and
+    arguments are unique in; "" when there is neither)."""
 
     caller: Caller
     conversation: str

@@ -170,11 +170,16 @@ async def serve_stdio(settings: Settings, mcp_settings: McpSettings) -> bool:
                 options = server.server.create_initialization_options()
                 await server.server.run(read, write, options)
 
-        # Until the client closes stdin, or SIGINT/SIGTERM: then the calls still
-        # waiting are withdrawn (their questions retracted) before the process ends.
+        # Until the client closes stdin (it exited, or was killed), or SIGINT/SIGTERM.
+        # A client that went away dropped its calls: as over HTTP, each keeps its
+        # question for the reattach grace, for the client restarted (with a server of
+        # its own) to re-issue, before it is withdrawn; a signal withdraws at once.
         serving = asyncio.ensure_future(serve())
-        stopping = asyncio.ensure_future(stop_on_signals().wait())
+        stop = stop_on_signals()
+        stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not stop.is_set():
+            await server.blocking.wait_out_grace(stop)
         stopping.cancel()
         serving.cancel()
         # Bounded: the SDK reads stdin in a thread, which lets go only at a line or EOF.

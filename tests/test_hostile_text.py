@@ -147,7 +147,7 @@ PLACES: list[Place] = [
     Place("idempotency_key", "text", lambda d, s: d.seam.idempotent_request(s)),
     # the tool: a refusal is a tool result, never an exception
     Place(
-        "idempotency_key",
+        "tool_call_id",
         "text",
         lambda d, s: _tool(AskUserQuestionTool(d.seam).execute(SEED, caller(), tool_call_id=s)),
     ),
@@ -299,7 +299,7 @@ def test_sync_seam_refuses_like_the_seam(backend: Backend) -> None:
         assert err.value.message.startswith("turn_id: not valid Unicode text")
         result = sync.execute(SEED, caller(), tool_call_id=ESCAPED_BYTE)
         assert result.code is ErrorCode.INVALID_REQUEST
-        assert result.content.startswith("INVALID_REQUEST: idempotency_key: not UTF-8 text")
+        assert result.content.startswith("INVALID_REQUEST: tool_call_id: not UTF-8 text")
 
 
 # --- the CLI: arguments and variables as bytes ----------------------------------------
@@ -431,7 +431,7 @@ def test_claude_code_hook_with_hostile_input_denies_naming_the_field(backend: Ba
     }
     cases = [
         ({"session_id": SURROGATE}, "agent_id"),  # claude-code:<session>
-        ({"tool_use_id": SURROGATE}, "idempotency_key"),
+        ({"tool_use_id": SURROGATE}, "tool_call_id"),
         ({"agent_id": SURROGATE}, "agent_id"),
         (
             {

@@ -114,7 +114,9 @@ async def sign_in(port: int) -> str:
         csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
         assert csrf
         await client.post("/signin", data={"csrf": csrf.group(1), "token": TOKEN})
-        return f"askq_session={client.cookies['askq_session']}"
+        # The session cookie is the group's (askq_session_<group>): whichever it set.
+        (name,) = [c.name for c in client.cookies.jar if c.name.startswith("askq_session")]
+        return f"{name}={client.cookies[name]}"
 
 
 async def wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:

@@ -229,14 +229,22 @@ def drop_keys(b: Backend) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The cluster shapes of `backend` run only for tests marked `cluster`; for the
-    others they are deselected (not skipped)."""
+    others they are deselected (not skipped).
+
+    The suite runs in parallel (pytest-xdist, `--dist loadgroup` in pyproject.toml):
+    its tests mostly wait on timers and other processes, not on the CPU. Each test has
+    its own key prefix, so tests on one server never see each other's keys. What runs
+    on the session's Redis Cluster goes to one worker (the `xdist_group` "cluster"), so
+    the session starts one cluster, not one per worker."""
     keep, drop = [], []
     for item in items:
         shape = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
         if shape in CLUSTER_SHAPES and item.get_closest_marker("cluster") is None:
             drop.append(item)
-        else:
-            keep.append(item)
+            continue
+        if shape in CLUSTER_SHAPES or "cluster_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+        keep.append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

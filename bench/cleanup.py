@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 from askq import Caller, Seam
 from askq._resend import REPLY_MIN_TTL_S
@@ -32,6 +33,15 @@ async def kinds(ctx: Context, prefix: str) -> str:
         [key.split(":")[1] async for key in ctx.redis.scan_iter(match=key_pattern(prefix))]
     )
     return ", ".join(f"{kind} {n}" for kind, n in sorted(found.items())) or "none"
+
+
+async def tombstones(r: Any, prefix: str) -> int:
+    """Reply keys that will expire within REPLY_MIN_TTL_S (`askq._resend`)."""
+    found = 0
+    async for key in r.scan_iter(match=key_pattern(prefix), count=1000):
+        if key.split(":")[1] == "reply" and 0 < await r.ttl(key) <= REPLY_MIN_TTL_S:
+            found += 1
+    return found
 
 
 async def run(ctx: Context) -> Section:
@@ -66,20 +76,22 @@ async def run(ctx: Context) -> Section:
             running = False
             await sampler
             at_settle = await count_keys(ctx.redis, prefix)
-        # Wait for expiry: the TTL (a reply's at least REPLY_MIN_TTL_S, what an ask sent
-        # again after a lost reply finds), then Redis's active expiry, until the count is
-        # back where it was or holds still for 2 s (the TTL, if shorter); at most TTL + 30 s.
-        ttl = max(ttl, REPLY_MIN_TTL_S)
+        # Wait for expiry: the TTL, then Redis's active expiry, until the count is back
+        # where it was or holds still for 2 s (the TTL, if shorter); at most TTL + 30 s.
+        # A reply key outlives its request for at most REPLY_MIN_TTL_S (what an ask sent
+        # again after a lost reply finds): one with a TTL within that floor is a
+        # tombstone on its way out, counted apart, not a key left behind.
         after, still_since = at_settle, now()
         while now() < settled + ttl + 30:
             await asyncio.sleep(0.25)
-            count = await count_keys(ctx.redis, prefix)
+            count = await count_keys(ctx.redis, prefix) - await tombstones(ctx.redis, prefix)
             if count != after:
                 after, still_since = count, now()
             if now() > settled + ttl and (after <= before or now() - still_since > min(2, ttl)):
                 break
         waited = now() - settled
         after_kinds = await kinds(ctx, prefix)
+        after_kinds += f" ({await tombstones(ctx.redis, prefix)} reply tombstones, expiring)"
         k = seam.keys
         # The dashboard's last hour of counts (one hash, `{p}:trends`) is kept for an
         # hour after the last minute anything happened, whatever the settled TTL: the

@@ -19,8 +19,10 @@ and restarts a sweeper too.
 Then, with ASKQ_SETTLED_TTL short, it waits for settled state to expire and counts the
 keys left, by kind. Per-request and per-caller keys (`req`, `reply`, `turn`,
 `aborted`, `inbox`, `asked`, `alive`, `agent`, and members left in `timers`) must all
-be gone. What stays is the deployment's own: the group registry (`groups`,
-`groupinfo`, `live`, `consumers:<group>`), the tier streams and their consumer groups,
+be gone, but for reply keys kept as tombstones, each expiring within
+`REPLY_MIN_TTL_S` (150 s) of its settlement, whatever the settled TTL. What stays is
+the deployment's own: the group registry (`groups`, `groupinfo`, `live`,
+`consumers:<group>`), the tier streams and their consumer groups,
 the capped `events` stream (the run counts settlements from the audit stream, then
 deletes it), the `callers` set (empty once its processes are forgotten),
 the `timers:wake` list and the sweeper's arq queue keys.
@@ -48,6 +50,7 @@ from redis.crc import key_slot
 
 from askq import AskError, Caller, ErrorCode, Seam, Settings, Settlement
 from askq._audit import SETTLED_EVENTS
+from askq._resend import REPLY_MIN_TTL_S
 
 from . import _procs
 from ._common import QUESTION, fmt_s, key_pattern
@@ -286,10 +289,17 @@ async def settlement_events(r: aioredis.Redis, audit_log: str) -> Counter[str]:
 
 
 async def key_kinds(r: aioredis.Redis) -> Counter[str]:
-    """Keys under the prefix by kind (`req`, `consumers`, `tier`, ...)."""
+    """Keys under the prefix by kind (`req`, `consumers`, `tier`, ...). A reply key
+    outlives its request by design, for at most `REPLY_MIN_TTL_S` (what an ask sent
+    again after a lost reply finds: `askq._resend`): one that will expire within that
+    floor counts as `reply (tombstone)`, not as a key left behind; one without a TTL,
+    or a longer one, is `reply`."""
     kinds: Counter[str] = Counter()
     async for key in r.scan_iter(match=key_pattern(PREFIX), count=1000):
-        kinds[key.split(":")[1]] += 1
+        kind = key.split(":")[1]
+        if kind == "reply" and 0 < await r.ttl(key) <= REPLY_MIN_TTL_S:
+            kind = "reply (tombstone)"
+        kinds[kind] += 1
     return kinds
 
 
@@ -417,6 +427,7 @@ async def soak(run: Run) -> int:
             await r.aclose()
 
     per_request_left = transient + timers_left
+    tombstones = found.pop("reply (tombstone)", 0)
     persistent = {k: n for k, n in sorted(found.items()) if k not in PER_REQUEST}
     w = 34
     print(
@@ -449,6 +460,7 @@ async def soak(run: Run) -> int:
         f"{'per-request keys left (must be 0)':<{w}}{per_request_left}"
         f"  after {fmt_s(waited)} (timers left {timers_left}, callers left {callers_left})"
     )
+    print(f"{'reply tombstones (expiring)':<{w}}{tombstones}  (each within {REPLY_MIN_TTL_S} s)")
     print(
         f"{'persistent keys (the deployment)':<{w}}"
         + ", ".join(f"{k} {n}" for k, n in persistent.items())

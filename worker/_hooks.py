@@ -44,6 +44,9 @@ def _go_on(coro: Coroutine[Any, Any, Any], waiting_on: Any) -> Generator[Any, An
         try:
             try:
                 sent = yield waiting_on
+            except GeneratorExit:  # closed (its loop is gone): close the hook with it
+                coro.close()
+                raise
             except BaseException as exc:  # noqa: BLE001 - thrown in (a cancel): the hook's
                 waiting_on = coro.throw(exc)
             else:

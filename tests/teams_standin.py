@@ -46,6 +46,9 @@ from askq.answerers.teams import TeamsSettings
 
 APP_ID = "0a1b2c3d-0000-4000-8000-00000000a99e"
 APP_PASSWORD = "standin-client-secret"
+APP_ID_2 = "0a1b2c3d-0000-4000-8000-00000000b222"  # a second bot, for a second group
+APP_PASSWORD_2 = "standin-client-secret-2"
+APPS = {APP_ID: APP_PASSWORD, APP_ID_2: APP_PASSWORD_2}
 TENANT = "11111111-2222-4333-8444-555555555555"
 OTHER_TENANT = "99999999-2222-4333-8444-555555555555"
 ISSUER = "https://api.botframework.com"
@@ -81,6 +84,12 @@ class Call:
     token: str | None
     activity_id: str | None = None  # update: the card's; create/reply: the new one's
     status: int = 200
+
+
+@dataclass
+class Hold:
+    reached: asyncio.Event  # the held call arrived
+    release: asyncio.Event  # set: let it go on
 
 
 @dataclass
@@ -136,10 +145,11 @@ class TeamsStandIn:
         self.unendorsed = SigningKey("standin-key-2", ["skype"])  # listed, not for msteams
         self.stranger = SigningKey("standin-key-1", ["msteams"])  # same kid, not published
         self.tokens_issued: list[str] = []
+        self.token_apps: dict[str, str] = {}  # token -> the app it was issued to
         self.installed_for: set[str] = set()  # object ids the app is installed for
         self.metadata_reads = 0
         self._failures: dict[str, list[Failure]] = {}
-        self._held: dict[str, asyncio.Event] = {}
+        self._held: dict[str, Hold] = {}
         self._changed = asyncio.Condition()
         self._n = 0
         self._tls_key = _rsa()
@@ -200,7 +210,7 @@ class TeamsStandIn:
 
     async def stop(self) -> None:
         for held in self._held.values():
-            held.set()
+            held.release.set()
         for runner in self._runners:
             await runner.cleanup()
 
@@ -214,12 +224,12 @@ class TeamsStandIn:
             Failure(status, retry_after if status == 429 else None, code or f"Error{status}")
         )
 
-    def hold_next(self, op: str) -> asyncio.Event:
-        """The next call of `op` waits (unanswered, nothing created) until the event is
-        set or its client goes away."""
-        event = asyncio.Event()
-        self._held[op] = event
-        return event
+    def hold_next(self, op: str) -> Hold:
+        """The next call of `op` waits, unanswered and with nothing done, until it is
+        released; a call whose client went away meanwhile then does nothing (499)."""
+        hold = Hold(asyncio.Event(), asyncio.Event())
+        self._held[op] = hold
+        return hold
 
     def calls_to(self, op: str) -> list[Call]:
         return [c for c in self.calls if c.op == op and c.status < 300]
@@ -334,11 +344,9 @@ class TeamsStandIn:
     async def _token(self, request: web.Request) -> web.Response:
         form = await request.post()
         call = Call("token", request.match_info["tenant"], dict(form), None)
-        if (
-            form.get("grant_type") != "client_credentials"
-            or form.get("client_id") != APP_ID
-            or form.get("client_secret") != APP_PASSWORD
-        ):
+        if form.get("grant_type") != "client_credentials" or APPS.get(
+            str(form.get("client_id"))
+        ) != form.get("client_secret"):
             call.status = 401
             await self._record(call)
             return web.json_response(
@@ -350,6 +358,7 @@ class TeamsStandIn:
             )
         token = f"standin-bot-token-{uuid.uuid4().hex[:12]}"
         self.tokens_issued.append(token)
+        self.token_apps[token] = str(form["client_id"])
         await self._record(call)
         return web.json_response(
             {
@@ -381,7 +390,12 @@ class TeamsStandIn:
             return call, web.json_response({"message": "Authorization has been denied"}, status=401)
         held = self._held.pop(op, None)
         if held is not None:
-            await held.wait()  # a client that went away cancels this handler here
+            held.reached.set()
+            await held.release.wait()
+            if request.transport is None or request.transport.is_closing():
+                call.status = 499  # the client went away (died) while held: nothing done
+                await self._record(call)
+                return call, web.Response(status=499)
         failures = self._failures.get(op)
         if failures:
             failure = failures.pop(0)
@@ -570,6 +584,7 @@ def activity(
     conversation: str = CHANNEL,
     conversation_type: str = "channel",
     tenant: str = TENANT,
+    app: str = APP_ID,
     **extra: Any,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
@@ -585,7 +600,7 @@ def activity(
             "tenantId": tenant,
             "isGroup": conversation_type != "personal",
         },
-        "recipient": {"id": f"28:{APP_ID}", "name": "askq"},
+        "recipient": {"id": f"28:{app}", "name": "askq"},
         "channelData": {"tenant": {"id": tenant}},
     }
     body.update(extra)

@@ -233,11 +233,8 @@ def _controls(
     question = request.questions[index]
     data = ids.action_data(request.id, group)
     blocks: list[CardElement] = []
-    if question.options and (
-        any(o.description for o in question.options)
-        or any(len(o.label) > limits.label for o in question.options)
-    ):
-        blocks += _option_list(question, limits)
+    if limits.description and any(o.description for o in question.options):
+        blocks += _option_list(question, limits)  # buttons and choices show no description
     custom = TextInput(
         id=ids.custom_input(index),
         placeholder="Your answer" if not question.options else "Or type an answer of your own",

@@ -28,7 +28,7 @@ import json
 import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,6 +157,7 @@ class TeamsStandIn:
         self.ca_file = tmp / "standin-ca.pem"
         self.ca_file.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
         self._runners: list[web.AppRunner] = []
+        self.on_create: Callable[[Call], None] | None = None  # a card posted (the bench)
         self.port = 0  # Bot Connector + Bot Framework metadata (http)
         self.login_port = 0  # the token authority (https)
 
@@ -425,6 +426,8 @@ class TeamsStandIn:
             return refused
         call.activity_id = self._new_id()
         await self._record(call)
+        if self.on_create is not None and op == "create":
+            self.on_create(call)
         return web.json_response({"id": call.activity_id}, status=201)
 
     async def _update(self, request: web.Request) -> web.Response:

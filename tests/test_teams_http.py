@@ -427,3 +427,29 @@ async def test_agent_text_reaches_teams_only_as_plain_runs(
         assert "“**bold** _it_ [click](https://evil.example) <at>everyone</at> {\u200b{DATE(" in (
             "".join(texts(final))
         )
+
+
+async def test_an_uninstalled_app_forgets_the_conversation(
+    backend: Backend, seam: Seam, standin: TeamsStandIn
+) -> None:
+    """Carol installs the app, then removes it: her chat's reference is dropped, so her
+    route's question asks Teams for a chat (refused: not installed) instead of posting
+    into the old one, and goes to the next tier."""
+    from askq.answerers.memory import MemoryAnswerer
+
+    human = MemoryAnswerer()
+    personal = f"a:personal-{CAROL.id}"
+    async with teams_worker(backend, standin, priority=10) as teams, backend.seam() as s2:
+        assert teams.http_port is not None
+        for action in ("add", "remove"):
+            body = installed(
+                standin, CAROL, conversation=personal, conversation_type="personal", action=action
+            )
+            assert (await standin.send(teams.http_port, body))[0] == 200
+        async with running(s2, human, "desk", 20):
+            task = asyncio.create_task(seam.ask(SEED, CALLER, scope={"tenant": "dm"}))
+            offer = await human.next_presented(timeout=15)
+            await human.answer(offer.request_id, [{"id": "cleanup", "selected": ["No, keep them"]}])
+            await asyncio.wait_for(task, 10)
+    assert [c.status for c in standin.calls if c.op == "create_conversation"] == [403]
+    assert standin.calls_to("create") == []

@@ -53,6 +53,7 @@ ENTRY_POINTS = [
     "console=askq.answerers.console:ConsoleAnswerer",
     "email=askq.answerers.email:EmailAnswerer",
     "slack=askq.answerers.slack:SlackAnswerer",
+    "teams=askq.answerers.teams:TeamsAnswerer",
     "web=askq.answerers.web:WebAnswerer",
 ]
 

@@ -31,6 +31,7 @@ from ._blocking import BlockingLoop
 from ._connections import redis_errors, server_ms
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
+from ._outage import outage
 from ._replies import Reply
 from ._seam import Seam
 from ._settings import Settings
@@ -215,7 +216,8 @@ async def _startup(ctx: dict[str, Any]) -> None:
         if exc.code is not ErrorCode.REDIS_UNAVAILABLE:
             await seam.aclose()
             raise
-        log.warning("could not check ASKQ_SHARDS against the deployment yet: %s", exc)
+        # An outage like any other: said once with the loops' failures, not beside them.
+        outage.failed("the ASKQ_SHARDS check at start, skipped", exc)
     sweeper = Sweeper(seam)
     sweeper.start()
     ctx["askq_sweeper"] = sweeper

@@ -2,8 +2,9 @@
 
 A settlement's `by` is the channel's record of who answered, in a form made for
 programs (`askq show`, the audit trail, the settlement JSON): `<kind>:<who>`, e.g.
-`slack:U0123 (bob)`, `web:carol`, `email:alice@example.com`, `email-link:…` (an email's
-signed link), `web-link:slack:U0123` (a link into the web inbox, sent in Slack),
+`slack:U0123 (bob)` (Teams and Discord alike: the platform's user id and the name),
+`web:carol`, `email:alice@example.com`, `email-link:…` (an email's signed link),
+`web-link:slack:U0123` (a link into the web inbox, sent in Slack),
 `console:ops`, `auto:policy=recommended`, `timeout` (the ask's default). A page, a mail
 or a chat message says it as a sentence instead: "answered in Slack by bob", "answered
 by alice@example.com in an email reply", "answered through a link in an email by …".
@@ -16,12 +17,17 @@ from __future__ import annotations
 
 import re
 
-# "U0123 (bob)": Slack's user id, and the name it had when the answer was recorded.
-_SLACK_NAMED = re.compile(r"^(?P<id>\S+) \((?P<name>.+)\)$", re.DOTALL)
+# "U0123 (bob)": a chat platform's user id (Slack, Teams, Discord), and the name it had
+# when the answer was recorded; the name is what a person reads.
+_NAMED = re.compile(r"^(?P<id>\S+) \((?P<name>.+)\)$", re.DOTALL)
+_CHATS = frozenset({"slack", "teams", "discord"})  # elsewhere a name is given as is
 
 # `<kind>` -> where (or how) the answer was given, before " by <who>".
 _WHERE = {
     "slack": "in Slack",
+    "teams": "in Teams",
+    "discord": "in Discord",
+    "webhook": "through a webhook",
     "web": "in the web inbox",
     "email": "in an email reply",
     "console": "in a terminal",
@@ -30,12 +36,19 @@ _WHERE = {
     "link": "through a link",
 }
 
+# A link into askq sent from a channel: `web-link:<source>:<who>`.
+_VIA = {
+    "slack": "from Slack",
+    "teams": "from Teams",
+    "discord": "from Discord",
+    "email": "in an email",
+    "web": "from the web inbox",
+}
+
 
 def _who(kind: str, who: str) -> str:
-    if kind == "slack":
-        named = _SLACK_NAMED.match(who)
-        return named.group("name") if named else who
-    return who
+    named = _NAMED.match(who) if kind in _CHATS else None
+    return named.group("name") if named else who
 
 
 def answered_by(by: str | None) -> str:
@@ -54,8 +67,7 @@ def answered_by(by: str | None) -> str:
         return f"answered by {by}"
     if kind.endswith("link"):
         source, sep, inner = who.partition(":")
-        if sep and source in ("slack", "email", "web"):  # a link sent from another channel
-            via = {"slack": "from Slack", "email": "in an email", "web": "from the web inbox"}
-            where, kind, who = f"through a link {via[source]}", source, inner
+        if sep and source in _VIA:  # a link sent from another channel
+            where, kind, who = f"through a link {_VIA[source]}", source, inner
     name = _who(kind, who)
     return f"answered {where} by {name}" if name else f"answered {where}"

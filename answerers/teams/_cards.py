@@ -158,13 +158,8 @@ class Outcome:
 
 
 def answered_words(by: str | None) -> str:
-    """`answered …` for a person; a Teams group's own `teams:<object id> (<name>)` as
-    "answered in Teams by <name>" (the core's `answered_by` knows only its own kinds)."""
-    kind, _, who = (by or "").partition(":")
-    if kind == "teams" and who:
-        _, _, named = who.partition(" (")
-        name = named[:-1] if named.endswith(")") else who
-        return f"answered in Teams by {name}"
+    """`answered …` for a person: a Teams group's own `teams:<object id> (<name>)` reads
+    "answered in Teams by <name>", as every channel's attribution does (`answered_by`)."""
     return answered_by(by)
 
 

@@ -7,7 +7,7 @@ test's directory, stopped by PID.
         s.failover()     # SENTINEL FAILOVER: the replica is promoted
         s.kill_master()  # SIGKILL of the master: the sentinels promote the replica
 
-Short timings (a master is down after 1 s without answering) so a failover takes a few
+Short timings (a master is down after 2 s without answering) so a failover takes a few
 seconds. `extra` adds redis.conf directives to both data nodes (e.g.
 min-replicas-to-write).
 """
@@ -15,6 +15,7 @@ min-replicas-to-write).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -72,7 +73,10 @@ class SentinelSet:
             f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
             f"logfile {self.dir / f'sentinel-{port}.log'}\n"
             f"sentinel monitor {SERVICE} 127.0.0.1 {master} 2\n"
-            f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+            # 2 s, not 1: on a loaded CI machine a master starved of the CPU for a second
+            # was failed over before the test's own fault, and the test then killed the
+            # new master with its replica (the old one) still loading its copy.
+            f"sentinel down-after-milliseconds {SERVICE} 2000\n"
             f"sentinel failover-timeout {SERVICE} 4000\n"
             f"sentinel parallel-syncs {SERVICE} 1\n"
         )
@@ -162,6 +166,23 @@ class SentinelSet:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the sentinel set did not settle in {timeout} s: {self.dir}")
             time.sleep(0.1)
+
+    def events(self) -> str:
+        """What the sentinels did (failovers, promotions, nodes seen down and converted),
+        from their logs, in time order: for a failing test's message."""
+        wanted = ("+sdown", "-sdown", "+odown", "+switch-master", "+promoted-slave",
+                  "+convert-to-slave", "+selected-slave", "+failover-end")  # fmt: skip
+        lines = []
+        for port in self.sentinel_ports:
+            log = self.dir / f"sentinel-{port}.log"
+            if not log.exists():
+                continue
+            for line in log.read_text(errors="replace").splitlines():
+                # 13202:X 02 Dec 2026 12:32:42.305 # +sdown master mymaster 127.0.0.1 50773
+                found = re.match(r"\d+:X \d+ \w+ \d+ ([\d:.]+) [#*] (.*)", line)
+                if found and any(word in found[2] for word in wanted):
+                    lines.append(f"{found[1]} sentinel {port}: {found[2]}")
+        return "\n".join(sorted(lines))
 
     # --- faults --------------------------------------------------------------------------
 

@@ -330,9 +330,10 @@ async def _failover_under_load(
         f" hung {missing}; on the new master: requests whose idempotency key is gone"
         f" {n - len(ids)}, open again after their caller had its outcome {unsettled}"
     )
-    assert missing == 0  # none hung
+    what_happened = "what the sentinels did:\n" + sentinels.events()
+    assert missing == 0, what_happened  # none hung
     if safe:
-        assert by_outcome == Counter({"ANSWERED": n})  # none lost, none failed
+        assert by_outcome == Counter({"ANSWERED": n}), what_happened  # none lost, none failed
         # ... and none failed even for a moment: an ask made while the master moved
         # waited for the new one (ASKQ_SENTINEL_RETRY_SECONDS); the caller had nothing
         # to ask again.

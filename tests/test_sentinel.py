@@ -43,7 +43,7 @@ from askq import AskError, Caller, ErrorCode, Seam, Settings
 from askq._arq import arq_client
 from askq._connections import NotConnected, check_redis_url, command_client, redacted
 from askq._metrics import RedisCollector
-from askq._sentinel import BlockingSentinelPool, parse_sentinel_url
+from askq._sentinel import BlockingSentinelPool, parse_sentinel_url, sync_sentinel_client
 from bench._redis_server import redis_server_binary
 
 __all__ = ["procs"]  # the fixture, used by name
@@ -163,7 +163,8 @@ async def test_the_newest_configuration_names_the_master(tmp_path: Path) -> None
     no persistence, a master until the sentinels demote it). Asking the first sentinel
     that answers (redis-py's way) wrote asks to that node, whose data the sentinels then
     wiped: every question asked there was lost (the kill test's NOT_FOUND, 52 of 150
-    once). The master of the highest config epoch is the one connected to."""
+    once). The master of the highest config epoch is the one connected to, by every
+    client askq makes (the metrics scrape's too)."""
     from bench._redis_server import RedisServer
 
     if redis_server_binary() is None:
@@ -173,8 +174,16 @@ async def test_the_newest_configuration_names_the_master(tmp_path: Path) -> None
         servers, ports = await _stale_and_fresh_sentinels(old.port, new.port)
         try:
             url = f"redis+sentinel://127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/mymaster/0"
-            async with Seam(settings=Settings(redis_url=url, socket_timeout=2)) as seam:
+            settings = Settings(redis_url=url, socket_timeout=2)
+            async with Seam(settings=settings) as seam:
                 assert await seam.redis.get("where") == "the promoted master"
+            # ... and the metrics scrape's synchronous client (the stand-ins answer on
+            # this loop: the client runs in a thread)
+            scrape = sync_sentinel_client(settings, "askq-metrics")
+            try:
+                assert await asyncio.to_thread(scrape.get, "where") == "the promoted master"
+            finally:
+                scrape.close()
         finally:
             for server in servers:
                 server.close()

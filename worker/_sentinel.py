@@ -157,22 +157,31 @@ class _Sentinels(Sentinel):
                 return exc
 
         answers = await asyncio.gather(*(ask(s) for s in self.sentinels))
-        valid = [
-            state
-            for state in answers
-            if isinstance(state, dict) and state and self.check_master_state(state, service_name)
-        ]
-        if valid:
-            newest = max(valid, key=lambda state: int(state.get("config-epoch", 0)))
-            return newest["ip"], int(newest["port"])
-        errors = [
-            f"{sentinel} - {answer!r}"
-            for sentinel, answer in zip(self.sentinels, answers, strict=True)
-            if isinstance(answer, BaseException)
-        ]
-        raise MasterNotFoundError(
-            f"No master found for {service_name!r}" + (f" : {', '.join(errors)}" if errors else "")
-        )
+        return _newest_master(self, service_name, answers)
+
+
+def _newest_master(
+    manager: Any, service_name: str, answers: list[dict[str, Any] | BaseException]
+) -> tuple[str, int]:
+    """Of every sentinel's answer (its state of the service, or why it did not answer),
+    the master of the highest config-epoch that the sentinel holds up; or
+    MasterNotFoundError naming the sentinels that did not answer."""
+    valid = [
+        state
+        for state in answers
+        if isinstance(state, dict) and state and manager.check_master_state(state, service_name)
+    ]
+    if valid:
+        newest = max(valid, key=lambda state: int(state.get("config-epoch", 0)))
+        return newest["ip"], int(newest["port"])
+    errors = [
+        f"{sentinel} - {answer!r}"
+        for sentinel, answer in zip(manager.sentinels, answers, strict=True)
+        if isinstance(answer, BaseException)
+    ]
+    raise MasterNotFoundError(
+        f"No master found for {service_name!r}" + (f" : {', '.join(errors)}" if errors else "")
+    )
 
 
 class _SentinelMaster(SentinelManagedConnection):
@@ -287,12 +296,25 @@ def sync_sentinel_client(settings: Settings, name: str) -> Any:
     """A synchronous client of the master (the metrics scrape's)."""
     from redis.sentinel import Sentinel as SyncSentinel
 
+    class NewestSentinels(SyncSentinel):
+        """The master of the newest configuration, as `_Sentinels` finds it."""
+
+        def discover_master(self, service_name: str) -> tuple[str, int]:
+            answers: list[dict[str, Any] | BaseException] = []
+            for sentinel in self.sentinels:
+                try:
+                    masters: dict[str, Any] = sentinel.sentinel_masters()  # type: ignore[no-untyped-call]
+                    answers.append(masters.get(service_name) or {})
+                except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                    answers.append(exc)
+            return _newest_master(self, service_name, answers)
+
     target = parse_sentinel_url(settings.redis_url)
     timeouts = {
         "socket_timeout": settings.socket_timeout,
         "socket_connect_timeout": settings.socket_timeout,
     }
-    manager = SyncSentinel(list(target.sentinels), sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
+    manager = NewestSentinels(list(target.sentinels), sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
     return manager.master_for(  # type: ignore[no-untyped-call]
         target.service,
         db=target.db,

@@ -1,5 +1,5 @@
-"""ChannelStore's feed (publish / follow / recent) and `delete_fields`: what every replica
-of a group hears at once (the web inbox's live pages ride on it)."""
+"""ChannelStore's feed (publish / follow / recent), `delete_fields` and lasting records:
+what every replica of a group hears at once (the web inbox's live pages ride on it)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,22 @@ async def test_delete_fields(seam: Seam) -> None:
     await store.delete_fields("rec")  # nothing named: nothing done
     await store.delete_fields("rec", "b")
     assert await store.all_fields("rec") == {}
+
+
+async def test_a_lasting_record_does_not_expire(seam: Seam) -> None:
+    """What a platform gives once (Teams' conversation references) is written as lasting:
+    no TTL, even when it was first written as an ordinary, expiring record; other
+    records keep theirs."""
+    store = _store(seam)
+    await store.set_fields("refs", {"c:1": "first"})
+    assert 0 < await seam.single_node.ttl(store.key("refs")) <= seam.settings.settled_ttl
+    await store.set_fields("refs", {"c:2": "second"}, lasting=True)
+    assert await seam.single_node.ttl(store.key("refs")) == -1  # no expiry
+    assert await store.all_fields("refs") == {"c:1": "first", "c:2": "second"}
+    await store.set_fields("other", {"a": "1"})
+    assert await seam.single_node.ttl(store.key("other")) > 0
+    await store.delete("refs")  # it goes when deleted
+    assert await store.all_fields("refs") == {}
 
 
 async def test_a_follower_stops_on_close(seam: Seam) -> None:

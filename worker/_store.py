@@ -6,14 +6,14 @@ Keys live under `{prefix}:<channel kind>:<group>:` (the deployment's hash tag): 
 a channel keeps is its group's, never its kind's, so two groups of one kind (an email
 group and its escalation tier, with their own recipients) never read each other's
 records, leases or guards. Each key expires `ASKQ_SETTLED_TTL` after its last write,
-like the requests they belong to. Two
-guards come with it: `once` (the first caller within a time wins: show an outcome once,
-remind at most once a minute) and a lease (one caller at a time does a thing, e.g.
-posts a message; a caller that died lets the lease run out). A counter (`count`) tells
-how often a thing happened within a window (sign-in attempts). A feed (a capped stream)
-carries what every replica must hear at once: `publish` appends, `follow` reads it in a
-blocking loop of its own (the web inbox tells every replica's live pages of a new or
-settled question this way).
+like the requests they belong to, unless it is written as lasting (what a platform
+gives only once). Two guards come with it: `once` (the first caller within a time
+wins: show an outcome once, remind at most once a minute) and a lease (one caller at a
+time does a thing, e.g. posts a message; a caller that died lets the lease run out). A
+counter (`count`) tells how often a thing happened within a window (sign-in attempts).
+A feed (a capped stream) carries what every replica must hear at once: `publish`
+appends, `follow` reads it in a blocking loop of its own (the web inbox tells every
+replica's live pages of a new or settled question this way).
 """
 
 from __future__ import annotations
@@ -87,10 +87,14 @@ class ChannelStore:
         *,
         keep: bool = False,
         drop_lease: str | None = None,
+        lasting: bool = False,
     ) -> None:
         """Write fields of record `name` (`keep`: only those not set yet) and renew its
         expiry; `drop_lease`: end that lease in the same step (the thing it guarded is
-        done and recorded)."""
+        done and recorded). `lasting`: the record does not expire, it lasts until it is
+        deleted: for what a platform gives once and never again (Teams' conversation
+        references come at installation), which no TTL may take away while the
+        channel's replicas are down. Write a lasting record always as lasting."""
         key = self.key(name)
         with redis_errors(self._settings):
             async with self._redis.pipeline(transaction=True) as pipe:
@@ -99,7 +103,10 @@ class ChannelStore:
                         pipe.hsetnx(key, field, value)
                     else:
                         pipe.hset(key, field, value)
-                pipe.expire(key, self.ttl)
+                if lasting:
+                    pipe.persist(key)
+                else:
+                    pipe.expire(key, self.ttl)
                 if drop_lease is not None:
                     pipe.delete(self._lease(drop_lease))
                 await pipe.execute()

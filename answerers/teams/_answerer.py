@@ -11,8 +11,6 @@ so the waterfall falls through.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from dataclasses import replace
 from typing import Any
@@ -45,7 +43,6 @@ from ._token import BotToken
 log = logging.getLogger("askq.teams")
 
 REMINDER_GAP_SECONDS = 60
-KEEP_REFS_MAX_SECONDS = 3600.0  # renew the references at least this often
 CHANNEL_SUFFIXES = ("@thread.tacv2", "@thread.skype")  # a team's channels (threads)
 
 
@@ -75,7 +72,6 @@ class TeamsAnswerer(Answerer[TeamsOptions]):
         self._http: httpx.AsyncClient | None = None
         self._endpoint: Endpoint | None = None
         self._connector: Connector | None = None
-        self._keeper: asyncio.Task[None] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -111,17 +107,11 @@ class TeamsAnswerer(Answerer[TeamsOptions]):
                 config.http_port,
             )
             await self._endpoint.start()
-            self._keeper = asyncio.create_task(self._keep_refs())
         except BaseException:
             await self.stop()  # the runtime calls stop() only after a successful start
             raise
 
     async def stop(self) -> None:
-        if self._keeper is not None:
-            self._keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keeper
-            self._keeper = None
         if self._endpoint is not None:
             await self._endpoint.stop()
             self._endpoint = None
@@ -142,16 +132,6 @@ class TeamsAnswerer(Answerer[TeamsOptions]):
 
     async def _on_activity(self, activity: Any) -> None:
         await installs.record(self.store, activity)
-
-    async def _keep_refs(self) -> None:
-        """Renew the stored conversation references well within their TTL."""
-        every = min(self.store.ttl / 3, KEEP_REFS_MAX_SECONDS)
-        while True:
-            try:
-                await self.store.keep_refs()
-            except AskError as exc:  # Redis out of reach: the next round tries again
-                log.info("could not renew the Teams references: %s", exc.message)
-            await asyncio.sleep(every)
 
     # --- the runtime's side ------------------------------------------------------------
 

@@ -17,11 +17,9 @@ request each post, update and answer their own card.
 `c:<conversation>`, `u:<object id>` (a personal chat), `t:<tenant>` (its service URL).
 
 Every key expires `settled_ttl` after its last write, like the requests they belong
-to. `refs` must outlive that: the references come once, at installation, so every
-replica renews the record (`keep_refs`) a few times within the TTL. A deployment whose
-replicas are all down for longer than the TTL loses them: routes naming a channel still
-work (through the global service URL); a personal chat needs a message from its user,
-or the app installed again.
+to, except `refs`: the references come once, at installation, so the record lasts until
+the app is removed (a lasting record of the store), however long the group's replicas
+are down meanwhile.
 """
 
 from __future__ import annotations
@@ -132,7 +130,7 @@ class TeamsStore:
             values[f"t:{reference.tenant.lower()}"] = reference.service_url
         if user:
             values[f"u:{user.lower()}"] = reference.to_json()
-        await self.store.set_fields(REFS, values)
+        await self.store.set_fields(REFS, values, lasting=True)
 
     async def forget(self, conversation: str, user: str | None = None) -> None:
         """The app was removed from a conversation (uninstalled)."""
@@ -152,10 +150,6 @@ class TeamsStore:
             return None
         (url,) = await self.store.fields(REFS, f"t:{tenant.lower()}")
         return url
-
-    async def keep_refs(self) -> None:
-        """Renew the references' expiry (they arrive once, at installation)."""
-        await self.store.set_fields(REFS, {})
 
     # --- people ------------------------------------------------------------------------
 

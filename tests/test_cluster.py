@@ -24,8 +24,9 @@ from test_sweeper import Flaky
 
 from askq import AskError, Caller, ErrorCode, Seam, Settings
 from askq._cluster import ClusterUrl
-from askq._connections import check_redis_url, redacted
+from askq._connections import check_redis_url
 from askq._sweeper import Sweeper
+from askq._wire import redacted
 from askq.answerers.memory import MemoryAnswerer
 
 
@@ -61,7 +62,7 @@ def test_a_cluster_urls_password_is_never_shown() -> None:
 async def test_an_unreachable_cluster_fails_an_ask_at_once_as_never_sent() -> None:
     """No seed answers: REDIS_UNAVAILABLE at once (as for a single Redis that is not
     there), marked as never sent, not tried again for ASKQ_CLUSTER_RETRY_SECONDS."""
-    from askq._connections import NotConnected
+    from askq._wire import NotConnected
     from bench._redis_server import free_port
 
     url = f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
@@ -279,7 +280,8 @@ async def test_commands_and_pipelines_ride_through_a_failover_of_the_first_seed(
     CLUSTERDOWN replies inside a pipeline were handed back as results.) So does a
     connection pinned to that master (a blocking loop's, arq's): it connects to the
     promoted replica, where it failed `Error 111` until then."""
-    from askq._connections import NotConnected, command_client, pinned_client
+    from askq._connections import command_client, pinned_client
+    from askq._wire import NotConnected
 
     settings = Settings(
         redis_url=own_cluster.url, prefix="fo", cluster_retry_seconds=20.0, socket_timeout=2.0

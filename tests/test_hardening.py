@@ -15,7 +15,7 @@ import pytest
 from conftest import SEED, YES, YES_JSON, Backend, running
 
 from askq import AskError, AskUserQuestionTool, Caller, ErrorCode, Seam
-from askq._asking import idempotency_digest
+from askq._build import idempotency_digest
 from askq._checks import duration_ms
 from askq._models import parse_answers, parse_input
 from askq.answerers.memory import MemoryAnswerer

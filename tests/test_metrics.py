@@ -264,7 +264,7 @@ async def test_sends_are_counted_per_group(seam: Seam, monkeypatch: pytest.Monke
     series (before: one series per kind, so whose sends failed could not be told)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from askq import _metrics
+    from askq import _recorder
     from askq._metrics import PrometheusRecorder
 
     class Pinger(MemoryAnswerer):
@@ -276,7 +276,7 @@ async def test_sends_are_counted_per_group(seam: Seam, monkeypatch: pytest.Monke
             self.pinged.set()
 
     registry = CollectorRegistry()
-    monkeypatch.setattr(_metrics, "recorder", PrometheusRecorder(registry))
+    monkeypatch.setattr(_recorder, "recorder", PrometheusRecorder(registry))
     one, two = Pinger(), Pinger()
     async with running(seam, one, "one"), running(seam, two, "two"):
         for pinger, times in ((one, 1), (two, 2)):

@@ -19,8 +19,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from askq import Caller, Seam
 from askq._cluster import is_cluster_url
-from askq._connections import _HiredisPacking, _with_hiredis_packing, command_client
+from askq._connections import command_client
 from askq._pipeline import ScriptPipeline
+from askq._wire import _HiredisPacking, with_hiredis_packing
 from askq.answerers.memory import MemoryAnswerer
 
 pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
@@ -144,7 +145,7 @@ async def test_many_asks_of_one_process_share_pipelines(backend: Backend, seam: 
 def test_hiredis_packs_what_redis_py_would(command: tuple[object, ...]) -> None:
     """Commands are packed by hiredis: the same bytes on the wire as redis-py's own
     packer, for every kind of argument askq sends."""
-    ours = _with_hiredis_packing(Connection)()
+    ours = with_hiredis_packing(Connection)()
     theirs = Connection()
     assert b"".join(ours.pack_command(*command)) == b"".join(theirs.pack_command(*command))
     assert b"".join(ours.pack_commands([command, command])) == b"".join(
@@ -170,7 +171,7 @@ async def test_a_seam_talks_through_hiredis_packing(seam: Seam) -> None:
 async def _connection(url: str, socket_timeout: float) -> Connection:
     host_port = url.split("//", 1)[1].split("/", 1)[0]
     host, port = host_port.split(":")
-    conn = _with_hiredis_packing(Connection)(
+    conn = with_hiredis_packing(Connection)(
         host=host, port=int(port), socket_timeout=socket_timeout, decode_responses=True
     )
     await conn.connect()

@@ -12,12 +12,12 @@ import click
 
 from ._cli_base import run_cli
 from ._cli_inspect import clock
-from ._connections import redacted
 from ._models import GroupStatus
 from ._seam import Seam
 from ._settings import Settings
 from ._status import FullStatus, full_status
 from ._text import visible
+from ._wire import redacted
 
 
 @click.command()

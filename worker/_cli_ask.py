@@ -13,12 +13,12 @@ from typing import Any
 
 import click
 
-from ._connections import redacted
 from ._errors import AskError, ErrorCode
 from ._models import AskInput, Question, parse_answers, parse_input
 from ._seam import Seam
 from ._settings import Settings
 from ._text import cut, quoted, visible
+from ._wire import redacted
 
 RECOMMENDED = " (Recommended)"
 

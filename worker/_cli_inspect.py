@@ -17,11 +17,11 @@ import click
 
 from ._audit import STATES, Audit, AuditEntry, RequestDetail, RequestFilter, RequestSummary
 from ._cli_base import run_cli
-from ._connections import redacted
 from ._errors import AskError
 from ._seam import Seam
 from ._settings import Settings
 from ._text import quoted, visible
+from ._wire import redacted
 
 
 def _audit(seam: Seam) -> Audit:

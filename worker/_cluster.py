@@ -52,6 +52,8 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from ._wire import NotConnected
+
 SCHEMES = {"redis+cluster": False, "rediss+cluster": True}  # scheme -> TLS
 
 # Replies that mean the command was not run by the node that got it.
@@ -513,8 +515,6 @@ class _Pinned:
         """Find the slot's master and connect to it, trying again for the retry window
         while that fails (the master dead, no master yet: a failover): nothing was sent.
         A cluster no node of which has answered yet is not waited for."""
-        from ._connections import NotConnected
-
         if self.is_connected:  # type: ignore[attr-defined]
             return
         owners = self.pinned_owners
@@ -542,8 +542,6 @@ class _Pinned:
                 raise
             response = exc
         if isinstance(response, ResponseError) and str(response).startswith(_REDIRECTS):
-            from ._connections import NotConnected
-
             await self.disconnect()  # type: ignore[attr-defined]
             raise NotConnected(f"Redis Cluster: slot {self.pinned_slot} moved: {response}")
         return response

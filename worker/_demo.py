@@ -19,13 +19,14 @@ import uuid
 from rich.console import Console
 from rich.text import Text
 
-from ._connections import redacted, redis_errors
+from ._connections import redis_errors
 from ._models import Caller
 from ._plugins import load_answerer
 from ._runtime import AnswererRuntime
 from ._seam import Seam
 from ._settings import Settings
 from ._tool import AskUserQuestionTool
+from ._wire import redacted
 
 # The seed's example call (shared/seed/ask-user-tool.README.zh.txt).
 SEED_QUESTION = {

@@ -27,7 +27,7 @@ import time
 
 from redis.exceptions import OutOfMemoryError, ResponseError
 
-from . import _metrics
+from . import _recorder
 from ._errors import AskError, ErrorCode
 
 log = logging.getLogger("askq.redis")
@@ -80,11 +80,11 @@ class Episode:
         episode). A refusal the caller is told about anyway (an ask, an answer, a CLI
         command: its AskError says it) only counts, so a one-shot `askq ask` prints its
         one error line; a long-running process's loops say it."""
-        _metrics.recorder.full_refused(kind)
+        _recorder.recorder.full_refused(kind)
         self.refusals += 1
         if self.since is None:
             self.since = time.monotonic()
-            _metrics.recorder.redis_full(True)
+            _recorder.recorder.redis_full(True)
         if not say or self.said:
             return  # said once an episode, not per retry
         self.said = True
@@ -102,7 +102,7 @@ class Episode:
             return
         seconds, refusals, said = time.monotonic() - self.since, self.refusals, self.said
         self.since, self.refusals, self.said = None, 0, False
-        _metrics.recorder.redis_full(False)
+        _recorder.recorder.redis_full(False)
         if said:
             log.warning(
                 "Redis takes writes again, after %.1f s full (%d write(s) refused meanwhile)",

@@ -22,17 +22,12 @@ It is configuration, not a request's state, so plain commands (no script) write 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from redis.asyncio import Redis
 
 from ._connections import redis_errors, server_ms
 from ._errors import AskError, ErrorCode
 from ._settings import Settings
 from ._shards import Layout
-
-if TYPE_CHECKING:
-    from ._seam import Seam
 
 
 async def pending_in(redis: Redis, layout: Layout) -> int:
@@ -44,10 +39,6 @@ async def live_in(redis: Redis, layout: Layout) -> int:
     """Answerer groups live in the layout's shards (the most in any one)."""
     now = await server_ms(redis)
     return max([int(await redis.zcount(k.live, now + 1, "+inf")) for k in layout.all_keys])
-
-
-async def check_marker(seam: Seam) -> None:
-    await check_layout(seam.redis, seam.layout, seam.settings)
 
 
 async def check_layout(redis: Redis, layout: Layout, settings: Settings) -> None:
@@ -79,15 +70,15 @@ async def check_layout(redis: Redis, layout: Layout, settings: Settings) -> None
         await redis.set(layout.marker, wanted, xx=True)
 
 
-async def still_same_layout(seam: Seam) -> None:
+async def still_same_layout(redis: Redis, layout: Layout, settings: Settings) -> None:
     """A replica's heartbeat: CONFIG_ERROR once the deployment records another number
     of shards than this process runs with (one GET)."""
-    with redis_errors(seam.settings):
-        recorded = await seam.redis.get(seam.layout.marker)
-    if recorded is not None and int(recorded) != seam.layout.shards:
+    with redis_errors(settings):
+        recorded = await redis.get(layout.marker)
+    if recorded is not None and int(recorded) != layout.shards:
         raise AskError(
             ErrorCode.CONFIG_ERROR,
-            f"ASKQ_SHARDS is {seam.layout.shards}, but deployment {seam.layout.prefix!r}"
-            f" now runs with {recorded} shard(s) ({seam.layout.marker}): restart this"
+            f"ASKQ_SHARDS is {layout.shards}, but deployment {layout.prefix!r}"
+            f" now runs with {recorded} shard(s) ({layout.marker}): restart this"
             f" process with ASKQ_SHARDS={recorded}",
         )

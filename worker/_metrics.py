@@ -34,7 +34,7 @@ extra), each counted where that process sees it:
                                                                  when used reaches max
 
 Without the extra nothing here imports prometheus_client: the process records into
-`Recorder`, whose methods do nothing (a Python call each, no Redis round trip: see
+`Recorder` (`_recorder.py`), whose methods do nothing (a Python call each, no Redis round trip: see
 `bench/metrics_cost.py`). `start_metrics` (and `serve_metrics`) swaps in the Prometheus
 recorder.
 """
@@ -44,13 +44,15 @@ from __future__ import annotations
 import errno
 import logging
 import socket
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from . import _recorder
 from ._cluster import ClusterUrl, is_cluster_url, sync_master_client
 from ._errors import AskError, ErrorCode
 from ._keys import Keys
+from ._outage import outage, unreachable
+from ._recorder import Recorder
 from ._sentinel import is_sentinel_url, sync_sentinel_client
 from ._settings import Settings
 from ._shards import Layout
@@ -61,51 +63,6 @@ log = logging.getLogger("askq.metrics")
 PENDING_SAMPLE = 1000  # pending requests read per scrape, oldest first: a bounded cost
 SECONDS_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86400)
 FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
-
-
-class Recorder:
-    """What the processes report. This base records nothing (no extra installed, or no
-    port asked for); `PrometheusRecorder` counts."""
-
-    enabled = False
-
-    def offered(self, group: str, tier: int) -> None: ...
-
-    def decided(self, group: str, decision: str, seconds: float) -> None: ...
-
-    def settled(self, group: str, outcome: str, seconds: float) -> None: ...
-
-    def passed_on(self, group: str, tier: int, how: str) -> None: ...
-
-    def reminded(self, group: str) -> None: ...
-
-    def sent(self, group: str, channel: str, result: str) -> None: ...
-
-    def fired(self, kind: str, lateness: float) -> None: ...
-
-    def recovered(self, what: str, count: int) -> None: ...
-
-    def redis_full(self, full: bool) -> None: ...
-
-    def full_refused(self, kind: str) -> None: ...
-
-
-recorder: Recorder = Recorder()
-
-
-def outcome_of(state: str, code: str | None) -> str:
-    """A retraction's (or settlement's) state and code as an `outcome` label."""
-    if state == "ANSWERED":
-        return "answered_elsewhere"
-    if state == "CANCELLED":
-        return "timed_out" if code == "TIMED_OUT" else "aborted"
-    if state == "FAILED":
-        return "no_answerer" if code == "NO_ANSWERER" else "failed"
-    return "escalated"
-
-
-def seconds_since(created_ms: int | None) -> float:
-    return max(0.0, time.time() - created_ms / 1000) if created_ms else 0.0
 
 
 class PrometheusRecorder(Recorder):
@@ -255,10 +212,6 @@ class RedisCollector:
 
     def collect(self) -> Any:
         from prometheus_client.core import GaugeMetricFamily
-
-        # Here, not at the top: _outage needs _connections, which needs _full, which
-        # records into this module (a cycle at import time).
-        from ._outage import outage, unreachable
 
         up = GaugeMetricFamily("askq_redis_up", "1 when the scrape could read Redis.")
         try:
@@ -443,7 +396,6 @@ def start_metrics(settings: Settings, port: int | None = None) -> MetricsEndpoin
     `ASKQ_METRICS_ADDR`, and record from now on; returns the address and port bound,
     or None when no port was asked for. What cannot be served is a CONFIG_ERROR naming
     the setting (`check_metrics`; a port in use)."""
-    global recorder
     check_metrics(settings, port)
     wanted = _wanted(settings, port)
     if wanted is None:
@@ -457,7 +409,7 @@ def start_metrics(settings: Settings, port: int | None = None) -> MetricsEndpoin
         server, _thread = start_http_server(port, addr=settings.metrics_addr, registry=registry)
     except OSError as exc:
         raise _bind_error(exc, setting, port, settings.metrics_addr) from None
-    recorder = PrometheusRecorder(registry)
+    _recorder.recorder = PrometheusRecorder(registry)
     host, bound = server.server_address[:2]
     return MetricsEndpoint(str(host), int(bound))
 

@@ -17,22 +17,23 @@ import hashlib
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+from ._build import build_request, timeout_settlement
+from ._caller import CallerProcess
 from ._checks import duration_ms
 from ._connections import CONNECTION_ERRORS
 from ._errors import AskError, ErrorCode
 from ._full import episode, is_full
 from ._messages import WITHDRAWN_MESSAGE
-from ._models import AskRequest, Settlement
+from ._models import Answers, AskInput, AskRequest, Caller, Question, Settlement
 from ._outage import outage
-from ._replies import Reply, ScriptReply
+from ._replies import Reply, ScriptReply, refusal
 from ._resend import FIRST_PAUSE, MAX_PAUSE, never_sent, window_over
 from ._scripts import AskSend, RequestFacts
-from ._types import AbortSignal
-
-if TYPE_CHECKING:
-    from ._asking import Asking
+from ._tracing import ask_span
+from ._types import AbortSignal, OnTimeout
 
 log = logging.getLogger("askq.seam")
 
@@ -92,7 +93,9 @@ class PendingAsk:
         "_timeout_body",
     )
 
-    def __init__(self, asking: Asking, request: AskRequest, timeout_ms: int, body: str) -> None:
+    def __init__(
+        self, asking: CallerProcess, request: AskRequest, timeout_ms: int, body: str
+    ) -> None:
         self.asking = asking
         self.request_id = self.first_id = request.id
         self.inbox = asking.inbox
@@ -253,3 +256,99 @@ class PendingAsk:
                     raise
             await asyncio.sleep(pause)
             pause = min(pause * 2, 2.0)
+
+
+async def ask(
+    process: CallerProcess,
+    questions: AskInput | Mapping[str, Any] | Sequence[Question | Mapping[str, Any]] | str,
+    caller: Caller,
+    *,
+    scope: Mapping[str, str] | None = None,
+    signal: AbortSignal | None = None,
+    timeout: float | None = None,
+    on_timeout: OnTimeout = "fail",
+    default: Any = None,
+    idempotency_key: str | None = None,
+    on_published: Callable[[str], None] | None = None,
+    new_id: Callable[[], str],
+) -> Answers:
+    """One ask, from its request built to its outcome: published (`PendingAsk.publish`),
+    then waited on, withdrawn if the caller gives up, and timed out by the caller
+    itself. `Asking.ask` returns this coroutine as it is (no frame around it)."""
+    # One span from here to the settlement (a no-op context without the otel extra);
+    # its traceparent travels in the request, so the answerers' spans join it. In
+    # this coroutine, not one around it: a frame per pending ask more is megabytes.
+    with ask_span(caller.agent_id, caller.turn_id) as span:
+        request = build_request(
+            questions,
+            caller,
+            scope,
+            idempotency_key=idempotency_key,
+            trace=span.traceparent if span is not None else None,
+            request_id=new_id(),
+        )
+        if span is not None:
+            span.request(request.id)
+        timeout_ms = duration_ms(timeout, "timeout") if timeout is not None else 0
+        body = timeout_settlement(request, timeout, on_timeout, default)
+        if signal is not None and signal.is_set():
+            raise AskError(ErrorCode.ABORTED, WITHDRAWN_MESSAGE)
+        pending = PendingAsk(process, request, timeout_ms, body)
+        # From here on the ask is its PendingAsk: a pending ask keeps no models (the
+        # request's are ~2.5 KB of 7 a pending ask held; the caller's input may be
+        # released too).
+        agent_id = caller.agent_id
+        del request, questions, caller, default
+        try:
+            reply = await pending.publish(signal)
+        except asyncio.CancelledError:
+            # Cancelled while publishing: the request may be out there with nobody
+            # waiting for it, so withdraw it (a no-op if it never got published).
+            pending.forget()
+            await process.withdraw(pending.request_id, pending.facts())
+            raise
+        except BaseException:
+            pending.forget()
+            if pending.maybe_sent:  # it may be live, with nobody waiting for it now
+                await process.withdraw(pending.request_id, pending.facts())
+            raise
+        if reply.kind is Reply.SETTLED:
+            pending.forget()
+            if not reply.value(0):
+                raise AskError(
+                    ErrorCode.NOT_FOUND, f"request {pending.request_id!r} settled and expired"
+                )
+            # Out and already settled (a repeat after a lost reply, or a key naming a
+            # settled request): still published, so the caller learns its id.
+            if on_published is not None:
+                on_published(pending.request_id)
+            return Settlement.model_validate_json(reply.value(0)).result()
+        if reply.kind not in (Reply.OFFERED, Reply.ATTACHED):
+            pending.forget()
+            raise refusal(
+                reply,
+                pending.request_id,
+                agent_id=agent_id,
+                idempotency_key=idempotency_key,
+            )
+        if pending.request_id != pending.first_id:
+            # Reattached to an earlier ask's request: its facts are in Redis, and
+            # what this process may have cached of it names the old inbox. (A new
+            # request's facts are not cached: its PendingAsk holds them.)
+            process.requests.forget(pending.request_id)
+        del reply
+        process.waiter.published(pending.request_id)
+        if on_published is not None:
+            on_published(pending.request_id)
+        timer = None
+        if timeout is not None:
+            # The caller enforces its own timeout (the sweeper does too, for a caller
+            # that is gone); firing is guarded, so only one of them does.
+            timer = asyncio.get_running_loop().call_later(
+                timeout, lambda: process.spawn(pending.time_out())
+            )
+        try:
+            return (await pending.wait(signal)).result()
+        finally:
+            if timer is not None:
+                timer.cancel()

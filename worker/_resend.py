@@ -21,9 +21,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from ._connections import NotConnected
 from ._errors import AskError, ErrorCode
 from ._full import is_full
+from ._wire import NotConnected
 
 log = logging.getLogger("askq.seam")
 

@@ -34,7 +34,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from . import _metrics, _tracing
+from . import _recorder, _tracing
 from ._answerer import FINAL_REFUSALS, Answerer, GroupHandle
 from ._answering import Answering
 from ._blocking import BlockingLoop, raise_if_cancelled
@@ -373,7 +373,9 @@ class AnswererRuntime:
     async def _beat(self) -> None:
         try:
             await self._register("beat")
-            await still_same_layout(self.seam)  # the deployment was re-sharded meanwhile
+            # The deployment was re-sharded meanwhile:
+            seam = self.seam
+            await still_same_layout(seam.redis, seam.layout, seam.settings)
         except AskError as exc:
             if exc.code is not ErrorCode.CONFIG_ERROR:
                 raise
@@ -473,7 +475,7 @@ class AnswererRuntime:
             else:
                 request = AskRequest.model_validate_json(fields["payload"])
                 self.seam.requests.remember(RequestInfo(request=request, inbox=fields["inbox"]))
-                _metrics.recorder.offered(self.group, self.priority)
+                _recorder.recorder.offered(self.group, self.priority)
                 await self._handle_offer(self._offer(entry_id, request))
         except (AskError, *CONNECTION_ERRORS) as exc:
             if isinstance(exc, AskError) and exc.code is not ErrorCode.REDIS_UNAVAILABLE:
@@ -639,9 +641,9 @@ class AnswererRuntime:
 
     def _decided(self, offer: Offer, decision: str, started: float) -> None:
         seconds = time.monotonic() - started
-        _metrics.recorder.decided(self.group, decision, seconds)
+        _recorder.recorder.decided(self.group, decision, seconds)
         if decision == "declined":
-            _metrics.recorder.passed_on(self.group, self.priority, "declined")
+            _recorder.recorder.passed_on(self.group, self.priority, "declined")
         if not log.isEnabledFor(logging.INFO):
             return
         log.info(
@@ -665,10 +667,10 @@ class AnswererRuntime:
 
     def _settled(self, request_id: str, outcome: str, by: str, created_ms: int | None) -> None:
         """A request this group held ended for it: answered here, or retracted."""
-        seconds = _metrics.seconds_since(created_ms)
-        _metrics.recorder.settled(self.group, outcome, seconds)
+        seconds = _recorder.seconds_since(created_ms)
+        _recorder.recorder.settled(self.group, outcome, seconds)
         if outcome in ("released", "escalated"):
-            _metrics.recorder.passed_on(self.group, self.priority, outcome)
+            _recorder.recorder.passed_on(self.group, self.priority, outcome)
         if not log.isEnabledFor(logging.INFO):
             return
         log.info(
@@ -693,7 +695,7 @@ class AnswererRuntime:
     async def settled_here(self, request_id: str, outcome: str, by: str) -> None:
         """An answer or release through the GroupHandle landed."""
         created: int | None = None
-        if _metrics.recorder.enabled or log.isEnabledFor(logging.INFO):
+        if _recorder.recorder.enabled or log.isEnabledFor(logging.INFO):
             with contextlib.suppress(AskError):  # cached for offers read here
                 created = (await self.seam.requests.request(request_id)).created_ms
         self._settled(request_id, outcome, by, created)
@@ -701,13 +703,13 @@ class AnswererRuntime:
     def _retracted(self, offer: Offer, retraction: Retraction) -> None:
         self._settled(
             offer.request_id,
-            _metrics.outcome_of(retraction.state.value, retraction.code),
+            _recorder.outcome_of(retraction.state.value, retraction.code),
             retraction.by or "",
             offer.created_ms,
         )
 
     def _reminded(self, offer: Offer) -> None:
-        _metrics.recorder.reminded(self.group)
+        _recorder.recorder.reminded(self.group)
         log.info(
             "%s: reminding %s",
             self.group,

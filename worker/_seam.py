@@ -30,7 +30,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from ._answering import Answering
-from ._asking import build_request, idempotency_digest
+from ._build import build_request, idempotency_digest
 from ._checks import (
     MAX_CALLER_ID,
     MAX_IDEMPOTENCY_KEY,
@@ -50,7 +50,7 @@ from ._connections import (
     server_ms,
 )
 from ._errors import AskError, ErrorCode
-from ._marker import check_marker
+from ._marker import check_layout
 from ._models import (
     Answers,
     AskInput,
@@ -176,7 +176,7 @@ class Seam:
     async def check_shards(self) -> None:
         """Record this deployment's number of shards, or refuse (CONFIG_ERROR) one that
         differs from the number recorded while requests are pending (_marker.py)."""
-        await check_marker(self)
+        await check_layout(self.redis, self.layout, self.settings)
 
     async def aclose(self) -> None:
         for shard in self.shards:

@@ -25,7 +25,7 @@ from arq import Retry
 from arq.connections import ArqRedis
 from arq.worker import Function, Worker, func
 
-from . import _metrics, _tracing
+from . import _recorder, _tracing
 from ._answerer import Answerer, RetryLater
 from ._arq import arq_pool, arq_worker, close_worker, run_supervised
 from ._connections import redis_errors
@@ -67,7 +67,7 @@ async def run_send(
         return None
     try:
         await method(**kwargs)
-        _metrics.recorder.sent(answerer.group.name, answerer.kind, "ok")
+        _recorder.recorder.sent(answerer.group.name, answerer.kind, "ok")
         return None
     except RetryLater as exc:
         delay: float = exc.seconds
@@ -75,7 +75,7 @@ async def run_send(
     except Exception as exc:  # noqa: BLE001 - a failed send is retried, never fatal
         delay, error = backoff(attempt), exc
     if attempt >= answerer.send_tries:
-        _metrics.recorder.sent(answerer.group.name, answerer.kind, "failed")
+        _recorder.recorder.sent(answerer.group.name, answerer.kind, "failed")
         log.warning("%s send %s gave up after %d tries: %s", answerer.kind, job, attempt, error)
         if gave_up is not None:
             try:
@@ -87,7 +87,7 @@ async def run_send(
         except Exception:  # noqa: BLE001
             log.exception("%s send_failed(%s) failed", answerer.kind, job)
         return None
-    _metrics.recorder.sent(answerer.group.name, answerer.kind, "retry")
+    _recorder.recorder.sent(answerer.group.name, answerer.kind, "retry")
     log.info(
         "%s send %s failed (try %d), again in %.1f s: %s", answerer.kind, job, attempt, delay, error
     )

@@ -48,6 +48,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._errors import AskError, ErrorCode
 from ._settings import Settings
+from ._wire import mixed, redacted, with_hiredis_packing
 
 SCHEME = "redis+sentinel"
 DEFAULT_SENTINEL_PORT = 26379
@@ -75,8 +76,6 @@ class SentinelTarget:
 def parse_sentinel_url(url: str) -> SentinelTarget:
     """The sentinels, service and database of the URL, or CONFIG_ERROR naming what is
     wrong (the password never shown)."""
-    from ._connections import redacted
-
     def bad(what: str) -> AskError:
         return AskError(ErrorCode.CONFIG_ERROR, f"Redis URL {redacted(url)}: {what}")
 
@@ -253,8 +252,6 @@ def sentinel_client(
     """A client of the service's master through the URL's sentinels: at most
     `max_connections` connections, waiting for one when all are busy. `client_class`,
     `mixin` and `extra` as `_connections.pinned_client` takes them (arq's client)."""
-    from ._connections import _mixed, _with_hiredis_packing
-
     target = parse_sentinel_url(settings.redis_url)
     kwargs: dict[str, Any] = {
         "db": target.db,
@@ -268,9 +265,9 @@ def sentinel_client(
     if name:
         kwargs["client_name"] = name
     kwargs.update(extra)
-    connection_class = _with_hiredis_packing(_SentinelMaster)
+    connection_class = with_hiredis_packing(_SentinelMaster)
     if mixin is not None:
-        connection_class = _mixed(mixin, connection_class)
+        connection_class = mixed(mixin, connection_class)
     pool = BlockingSentinelPool(  # type: ignore[no-untyped-call]
         target.service,
         _manager(target, settings),

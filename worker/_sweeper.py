@@ -25,7 +25,7 @@ from typing import Any
 from arq.cron import CronJob, cron
 from redis.asyncio import Redis
 
-from . import _metrics
+from . import _recorder
 from ._arq import worker_options
 from ._blocking import BlockingLoop
 from ._connections import redis_errors, server_ms
@@ -52,7 +52,7 @@ def _fired(timer: str, state: str, late: float) -> None:
     kind, _, rest = timer.partition("|")
     request_id, _, rest = rest.partition("|")
     group = rest.partition("|")[2]
-    _metrics.recorder.fired(kind, late)
+    _recorder.recorder.fired(kind, late)
     log.info(
         "fired %s of %s%s (now %s), %.0f ms late",
         kind,
@@ -159,8 +159,8 @@ class Sweeper:
                 "orphans_released": await self.release_orphans(),
                 "streams_trimmed": await self.trim_streams(),
             }
-        _metrics.recorder.recovered("callers_gone", done["callers_gone"])
-        _metrics.recorder.recovered("orphans_released", done["orphans_released"])
+        _recorder.recorder.recovered("callers_gone", done["callers_gone"])
+        _recorder.recorder.recovered("orphans_released", done["orphans_released"])
         return done
 
     async def cancel_gone_callers(self) -> int:

@@ -39,7 +39,7 @@ from ._cli_base import (
 from ._cli_health import health
 from ._cli_inspect import audit, requests, show
 from ._cli_worker import worker
-from ._connections import redacted, redis_errors
+from ._connections import redis_errors
 from ._errors import AskError, ErrorCode
 from ._models import Caller, validate_model
 from ._plugins import answerer_kinds, load_answerer
@@ -49,6 +49,7 @@ from ._settings import Settings
 from ._text import visible
 from ._tracing import configure_from_environment as configure_tracing
 from ._tracing import environment_context, flush_traces
+from ._wire import redacted
 
 
 @click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -154,7 +154,7 @@ def scripts_touch_only_declared_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     (tests/script_checks.py): a script that reaches for another key fails the test."""
     from script_checks import checked
 
-    monkeypatch.setattr("askq._scripts.load", checked)
+    monkeypatch.setattr("askq._script_runner.load", checked)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,8 @@ its Scripts):
     Seam ─┬─ asking     the caller side: ask, wait, withdraw, abort a turn, agents (_asking)
           ├─ answering  the group side: accept, decline, release, answer (_answering)
           ├─ registry   the groups: register, leave, take over, trim, remove (_registry)
-          ├─ requests   the one reader of a request's state (_requests)
+          ├─ requests   the one reader of a request's state (_requests; the seam's
+          │             reads, _seam_reads)
           └─ scripts    the one runner of the Lua scripts, below all of them (_scripts)
 
 A seam opens one bounded pool of command connections (so 10,000 pending asks share a
@@ -47,7 +48,6 @@ from ._connections import (
     command_client,
     pinned_client,
     redis_errors,
-    server_ms,
 )
 from ._errors import AskError, ErrorCode
 from ._marker import check_layout
@@ -58,20 +58,18 @@ from ._models import (
     Caller,
     Offer,
     Question,
-    RequestStatus,
-    Settlement,
-    Status,
 )
 from ._registry import Registry
 from ._replies import Reply
-from ._requests import RequestInfo, Requests
+from ._requests import Requests
+from ._seam_reads import SeamReads
 from ._settings import Settings
 from ._sharded import Shard, ShardedAnswering, ShardedRegistry, ShardedRequests
 from ._shards import Layout
 from ._types import AbortSignal, OnTimeout
 
 
-class Seam:
+class Seam(SeamReads):
     """The async seam client. Use it as an async context manager::
 
         async with Seam.from_url("redis://localhost:6379/0") as seam:
@@ -342,59 +340,6 @@ class Seam:
     async def claim_and_answer(self, offer: Offer, answers: Any, *, by: str) -> Answers:
         check_by(by)
         return await self.answering.claim_and_answer(offer, answers, by=by)
-
-    # --- reads (requests, registry) -----------------------------------------------------
-
-    async def request_info(self, request_id: str) -> RequestInfo:
-        check_request_id(request_id)
-        return await self.requests.info(request_id)
-
-    async def holds(self, request_id: str, group: str) -> bool:
-        """Whether the request is pending with `group` among its claimers (one read)."""
-        check_request_id(request_id)
-        check_group(group)
-        return await self.requests.holds(request_id, group)
-
-    async def settlement(self, request_id: str) -> Settlement | None:
-        """The request's settlement, while its reply key lasts (None for an id that
-        cannot be a request's)."""
-        return await self.requests.settlement(request_id)
-
-    async def idempotent_request(self, key: str) -> str | None:
-        """The id of the request asked with idempotency key `key` (a tool-call id),
-        while the request is kept."""
-        return await self.requests.idempotent(
-            idempotency_digest(check_text(key, "idempotency_key", MAX_IDEMPOTENCY_KEY))
-        )
-
-    async def now_ms(self) -> int:
-        with redis_errors(self.settings):
-            return await server_ms(self.redis)
-
-    async def tier_streams(self, refresh: bool = False) -> list[str]:
-        """Shard 0's tier streams (each shard has its own, of the same priorities)."""
-        return await self.scripts.tier_streams(refresh)
-
-    async def request_status(self, request_id: str) -> RequestStatus | None:
-        return await self.requests.status(request_id, await self.now_ms())
-
-    async def status(self, limit: int = 100) -> Status:
-        """Groups (priority, live replicas, entries pending) and the oldest requests pending."""
-        groups = await self.registry.statuses()
-        ids = await self.pending_ids(limit)
-        return Status(
-            groups=groups, requests=await self.requests.statuses(ids, await self.now_ms())
-        )
-
-    async def pending_ids(self, limit: int = 100) -> list[str]:
-        """The ids of the oldest `limit` requests pending, over every shard."""
-        if limit <= 0:
-            return []
-        with redis_errors(self.settings):
-            found: list[tuple[str, float]] = []
-            for shard in self.shards:
-                found += await self.redis.zrange(shard.keys.pending, 0, limit - 1, withscores=True)
-        return [request_id for request_id, _ in sorted(found, key=lambda f: f[1])[:limit]]
 
 
 @asynccontextmanager

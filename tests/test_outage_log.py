@@ -1,6 +1,6 @@
 """A Redis outage in the log: said once when it starts and once when it ends, per
 process, however many loops retry meanwhile (a worker logged one WARNING per retry:
-21 lines in 6 s; `worker/_outage.py`)."""
+21 lines in 6 s; `worker/redis/_outage.py`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import logging
 import pytest
 from test_faults import ASKQ, Procs, environ, procs, server
 
-from askq._outage import Outage
+from askq.redis._outage import Outage
 from bench._redis_server import RedisServer
 
 __all__ = ["procs", "server"]  # the fixtures, used by name

@@ -1,6 +1,6 @@
-"""Auto-pipelining of script calls (worker/_pipeline.py): batched under load, one
+"""Auto-pipelining of script calls (worker/redis/_pipeline.py): batched under load, one
 result per call, in order, failures kept to their own call. And the connection class
-(worker/_connections.py) that packs and sends them."""
+(worker/redis/_connections.py) that packs and sends them."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from askq import Caller, Seam
-from askq._cluster import is_cluster_url
-from askq._connections import command_client
-from askq._pipeline import ScriptPipeline
-from askq._wire import _HiredisPacking, with_hiredis_packing
 from askq.answerers.memory import MemoryAnswerer
+from askq.redis._cluster import is_cluster_url
+from askq.redis._connections import command_client
+from askq.redis._pipeline import ScriptPipeline
+from askq.redis._wire import _HiredisPacking, with_hiredis_packing
 
 pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
 

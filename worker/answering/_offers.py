@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
@@ -64,35 +64,25 @@ class Side:
         self.own_cursor = "0"
 
 
+@dataclass(eq=False)
 class Offers:
     """The offers of one replica (`AnswererRuntime` runs its loops and its upkeep)."""
 
-    def __init__(
-        self,
-        seam: Seam,
-        answerer: Answerer[Any],
-        spec: tuple[str, int, dict[str, str], str],
-        shown: Shown | ShownInShards,
-        outcomes: Outcomes,
-        *,
-        call_hook: HookCall,
-        register_again: Callable[[], Awaitable[None]],
-        tasks: set[asyncio.Task[Any]],
-        block_ms: int,
-    ) -> None:
-        """`spec`: the group, its tier, its scope and this replica's consumer name;
-        `register_again`: when its consumer group is gone; `tasks`: the runtime's, which
-        it cancels as it stops."""
-        self.seam = seam
-        self.answerer = answerer
-        self.group, self.priority, self.scope, self.consumer = spec
-        self.shown = shown
-        self.outcomes = outcomes
-        self.call_hook = call_hook
-        self._register_again = register_again
-        self._tasks = tasks
-        self._block_ms = block_ms
-        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+    seam: Seam
+    answerer: Answerer[Any]
+    group: str
+    priority: int
+    scope: dict[str, str]
+    consumer: str
+    shown: Shown | ShownInShards
+    outcomes: Outcomes
+    call_hook: HookCall
+    register_again: Callable[[], Awaitable[None]]  # its consumer group is gone
+    tasks: set[asyncio.Task[Any]]  # the runtime's, which it cancels as it stops
+    block_ms: int
+    in_flight: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(MAX_IN_FLIGHT)
+    )
 
     async def read(self, side: Side, conn: Redis) -> None:
         # First what this consumer held before a restart (its own pending entries, from
@@ -104,14 +94,14 @@ class Offers:
                 self.consumer,
                 {side.stream: cursor or ">"},
                 count=READ_COUNT,
-                block=None if cursor else self._block_ms,
+                block=None if cursor else self.block_ms,
             )
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             # The consumer group is gone (Redis lost its data): register again now, not
             # at the next heartbeat, and read from there.
-            await self._register_again()
+            await self.register_again()
             return
         entries = reply[0][1] if reply else []
         if cursor is not None:
@@ -125,13 +115,13 @@ class Offers:
     async def spawn(
         self, side: Side, entry_id: str, fields: dict[str, str], *, recovered: bool
     ) -> None:
-        await self._in_flight.acquire()
+        await self.in_flight.acquire()
         task = asyncio.create_task(self._handle_entry(side, entry_id, fields, recovered))
-        self._tasks.add(task)
+        self.tasks.add(task)
 
         def finished(t: asyncio.Task[None]) -> None:
-            self._tasks.discard(t)
-            self._in_flight.release()
+            self.tasks.discard(t)
+            self.in_flight.release()
 
         task.add_done_callback(finished)
 

@@ -178,7 +178,10 @@ class AnswererRuntime:
         self.offers = Offers(
             seam,
             answerer,
-            (group, self.priority, self.scope, self.consumer),
+            group,
+            self.priority,
+            self.scope,
+            self.consumer,
             self.shown,
             self.outcomes,
             call_hook=self._call_hook,

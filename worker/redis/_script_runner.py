@@ -257,9 +257,9 @@ class ScriptRunner:
     async def _run_listed(
         self,
         name: str,
+        listed: Callable[[], Awaitable[list[Listed]]],
         keys: Mapping[str, str],
         args: Mapping[str, Any],
-        listed: Callable[[], Awaitable[list[Listed]]],
         changing: str,
     ) -> ScriptReply:
         """Run a script that settles many requests at once (abort_turn, reap_caller):

@@ -117,9 +117,9 @@ class CallerScripts(ScriptRunner):
 
         return await self._run_listed(
             "abort_turn",
+            listed,
             {"aborted": k.aborted(turn_id), "turn": k.turn(turn_id)},
             {"settlement": settlement, "by": by},
-            listed,
             f"turn {turn_id!r} kept changing while aborting",
         )
 
@@ -148,6 +148,7 @@ class CallerScripts(ScriptRunner):
 
         return await self._run_listed(
             "reap_caller",
+            listed,
             {"alive": k.alive(process), "asked": k.asked(process)},
             {
                 "process": process,
@@ -156,7 +157,6 @@ class CallerScripts(ScriptRunner):
                 "by": by,
                 "reason": reason,
             },
-            listed,
             f"caller {process!r} kept changing while reaping it",
         )
 

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any
-
-from redis.asyncio import Redis
 
 from ..protocol._checks import duration_ms
 from ..protocol._errors import ErrorCode
@@ -22,30 +19,13 @@ from ..protocol._messages import ABORTED_MESSAGE, CALLER_GONE_MESSAGE
 from ..protocol._models import Answers, AskInput, Caller, Question, Settlement
 from ..protocol._reasons import CancelReason
 from ..protocol._replies import Reply
-from ..protocol._settings import Settings
 from ..redis._connections import CONNECTION_ERRORS, redis_errors
 from ..redis._heartbeat import keep_beating
-from ..redis._requests import Requests
-from ..redis._scripts import Scripts
 from ._caller import CallerProcess, renew
 from ._pending import ask
 
 
 class Asking(CallerProcess):
-    def __init__(
-        self,
-        scripts: Scripts,
-        requests: Requests,
-        settings: Settings,
-        process_id: str,
-        connect: Callable[[], Redis],
-        *,
-        new_id: Callable[[], str] | None = None,
-    ) -> None:
-        super().__init__(scripts, requests, settings, process_id, connect)
-        # A new request id (with several shards, one naming this shard: _shards.py).
-        self.new_id = new_id or (lambda: uuid.uuid4().hex)
-
     def ask(
         self,
         questions: AskInput | Mapping[str, Any] | Sequence[Question | Mapping[str, Any]] | str,

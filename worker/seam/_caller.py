@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -45,8 +46,12 @@ class CallerProcess:
         settings: Settings,
         process_id: str,
         connect: Callable[[], Redis],
+        *,
+        new_id: Callable[[], str] | None = None,
     ) -> None:
         self.scripts = scripts
+        # A new request id (with several shards, one naming this shard: _shards.py).
+        self.new_id = new_id or (lambda: uuid.uuid4().hex)
         self.requests = requests
         self.redis = scripts.redis
         self.keys: Keys = scripts.keys

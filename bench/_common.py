@@ -12,7 +12,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from askq._demo import SEED_QUESTION as SEED
+from askq.cli._demo import SEED_QUESTION as SEED
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,6 +7,7 @@ PID, whatever happened.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import shutil
@@ -178,3 +179,9 @@ class CpuMeter:
         self.wall = time.monotonic() - self._wall0
         self.used = {name: self._cpu(p) - self._t0[name] for name, p in self.procs.items()}
         return self.used
+
+async def idle_cpu(child: Child, seconds: float) -> float:
+    """The child's CPU use over `seconds` of idling, as a percentage of one core."""
+    before, t0 = child.cpu(), time.monotonic()
+    await asyncio.sleep(seconds)
+    return 100 * (child.cpu() - before) / (time.monotonic() - t0)

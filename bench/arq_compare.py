@@ -16,7 +16,6 @@ from arq.connections import RedisSettings
 from . import _procs
 from ._arq_worker import dumps
 from ._common import QUESTION, Context, Latency, Row, fmt_s
-from .roundtrip import idle_cpu
 
 TUNED = 0.001
 
@@ -55,7 +54,7 @@ async def arq_cycle(ctx: Context, n: int, poll_delay: float | None) -> tuple[Lat
                 samples.append(time.perf_counter() - start)
             assert result["answers"], result
             ids.append(job.job_id)
-        idle = await idle_cpu(worker, ctx.cfg.idle_seconds)
+        idle = await _procs.idle_cpu(worker, ctx.cfg.idle_seconds)
     finally:
         worker.stop()
         for i in range(0, len(ids), 200):

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 from askq import Caller, Seam
-from askq._resend import REPLY_MIN_TTL_S
+from askq.redis._resend import REPLY_MIN_TTL_S
 
 from . import _procs
 from ._common import (
@@ -36,7 +36,7 @@ async def kinds(ctx: Context, prefix: str) -> str:
 
 
 async def tombstones(r: Any, prefix: str) -> int:
-    """Reply keys that will expire within REPLY_MIN_TTL_S (`askq._resend`)."""
+    """Reply keys that will expire within REPLY_MIN_TTL_S (`askq.redis._resend`)."""
     found = 0
     async for key in r.scan_iter(match=key_pattern(prefix), count=1000):
         if key.split(":")[1] == "reply" and 0 < await r.ttl(key) <= REPLY_MIN_TTL_S:

@@ -29,7 +29,7 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from askq import Caller, Seam, Settings
-from askq._connections import command_client
+from askq.redis._connections import command_client
 
 from . import _procs
 from ._common import QUESTION, new_prefix

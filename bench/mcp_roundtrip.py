@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 from mcp import Client, StdioServerParameters
 
 from askq import Caller, Seam, Settings
-from askq._demo import SEED_QUESTION
+from askq.cli._demo import SEED_QUESTION
 
 from . import _procs
 from ._common import Latency, new_prefix, wipe

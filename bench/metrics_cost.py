@@ -18,7 +18,8 @@ import statistics
 import time
 
 from askq import Caller, Seam, Settings
-from askq._metrics import PrometheusRecorder, Recorder
+from askq.observing._metrics import PrometheusRecorder
+from askq.protocol._recorder import Recorder
 
 from . import _procs
 from ._common import QUESTION, new_prefix, percentile

@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 
 from askq import Caller, Seam
 
-from . import _procs
+from . import _procs, _suite, arq_compare
 from ._common import QUESTION, Context, Latency, Section, new_prefix, wipe
 
 CHUNK = 500
@@ -125,18 +125,8 @@ def command_costs(
     return dict(sorted(out.items(), key=lambda kv: -kv[1][1]))
 
 
-async def idle_cpu(child: _procs.Child, seconds: float) -> float:
-    """The child's CPU use over `seconds` of idling, as a percentage of one core."""
-    import asyncio
-
-    before, t0 = child.cpu(), time.monotonic()
-    await asyncio.sleep(seconds)
-    return 100 * (child.cpu() - before) / (time.monotonic() - t0)
-
 
 async def run(ctx: Context) -> Section:
-    from . import arq_compare
-
     cfg = ctx.cfg
     section = Section("1. Round trip (sequential, one caller)")
     prefix = new_prefix("rt")
@@ -145,7 +135,7 @@ async def run(ctx: Context) -> Section:
         async with raw_cycle(ctx.url) as raw, Seam.from_url(ctx.url, prefix=prefix) as seam:
             await sequential_asks(seam, 50)  # warm up: scripts loaded, pool filled
             raw_s, ask_s = await interleaved(raw, seam, cfg.n)
-            askq_idle = await idle_cpu(worker, cfg.idle_seconds)
+            askq_idle = await _procs.idle_cpu(worker, cfg.idle_seconds)
             before = await ctx.redis.info("commandstats")
             m = min(cfg.n, 1000)
             await sequential_asks(seam, m)
@@ -184,9 +174,9 @@ async def run(ctx: Context) -> Section:
 
 
 def main(argv: list[str] | None = None) -> Any:
-    from .__main__ import main as bench_main
-
-    return bench_main(["--only", "roundtrip", *(sys.argv[1:] if argv is None else argv)])
+    return _suite.main(
+        {"roundtrip": run}, ["--only", "roundtrip", *(sys.argv[1:] if argv is None else argv)]
+    )
 
 
 if __name__ == "__main__":

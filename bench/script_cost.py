@@ -25,10 +25,10 @@ import redis
 import redis.asyncio as aioredis
 
 from askq import AnswererRuntime, Caller, Seam, Settings
-from askq._keys import Keys
-from askq._lua import load
-from askq._scripts import Scripts
 from askq.answerers.auto import AutoAnswerer
+from askq.redis._keys import Keys
+from askq.redis._lua import load
+from askq.redis._scripts import Scripts
 
 from ._common import QUESTION, wipe
 from ._redis_server import redis_url_or_own

@@ -49,8 +49,8 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from askq import AskError, Caller, ErrorCode, Seam, Settings, Settlement
-from askq._audit import SETTLED_EVENTS
-from askq._resend import REPLY_MIN_TTL_S
+from askq.observing._audit import SETTLED_EVENTS
+from askq.redis._resend import REPLY_MIN_TTL_S
 
 from . import _procs
 from ._common import QUESTION, fmt_s, key_pattern
@@ -291,7 +291,7 @@ async def settlement_events(r: aioredis.Redis, audit_log: str) -> Counter[str]:
 async def key_kinds(r: aioredis.Redis) -> Counter[str]:
     """Keys under the prefix by kind (`req`, `consumers`, `tier`, ...). A reply key
     outlives its request by design, for at most `REPLY_MIN_TTL_S` (what an ask sent
-    again after a lost reply finds: `askq._resend`): one that will expire within that
+    again after a lost reply finds: `askq.redis._resend`): one that will expire within that
     floor counts as `reply (tombstone)`, not as a key left behind; one without a TTL,
     or a longer one, is `reply`."""
     kinds: Counter[str] = Counter()

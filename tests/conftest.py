@@ -28,7 +28,7 @@ import pytest
 import redis
 
 from askq import Answerer, AnswererRuntime, Seam, Settings
-from askq._demo import SEED_QUESTION
+from askq.cli._demo import SEED_QUESTION
 
 REAL_URL = os.environ.get("ASKQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,7 +154,7 @@ def scripts_touch_only_declared_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     (tests/script_checks.py): a script that reaches for another key fails the test."""
     from script_checks import checked
 
-    monkeypatch.setattr("askq._scripts.load", checked)
+    monkeypatch.setattr("askq.redis._script_runner.load", checked)
 
 
 @pytest.fixture(scope="session")
@@ -293,7 +293,7 @@ async def running(
 @contextlib.asynccontextmanager
 async def sweeping(backend: Backend, **overrides: Any) -> AsyncIterator[Any]:
     """Run a sweeper's timer loop (its own seam) for the duration of the block."""
-    from askq._sweeper import Sweeper
+    from askq.sweeping._sweeper import Sweeper
 
     async with backend.seam(**overrides) as seam:
         sweeper = Sweeper(seam)

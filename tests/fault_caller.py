@@ -22,7 +22,7 @@ import sys
 import time
 
 from askq import AskError, Caller, ErrorCode, Seam, Settings
-from askq._demo import SEED_QUESTION
+from askq.cli._demo import SEED_QUESTION
 
 GIVE_UP_AFTER = 60.0
 

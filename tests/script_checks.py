@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from askq import _lua
+from askq.redis import _lua
 
 CHECKER = """
 local __declared = {}

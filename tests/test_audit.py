@@ -11,9 +11,9 @@ from collections.abc import Callable
 from conftest import SEED, YES, Backend, running
 
 from askq import AskError, Caller, ErrorCode, Seam
-from askq._audit import Audit, RequestFilter
-from askq._recent import recent_in_shards
 from askq.answerers.memory import MemoryAnswerer
+from askq.observing._audit import Audit, RequestFilter
+from askq.observing._recent import recent_in_shards
 
 
 def caller(turn: str) -> Caller:

@@ -23,10 +23,11 @@ from redis.crc import key_slot
 from test_sweeper import Flaky
 
 from askq import AskError, Caller, ErrorCode, Seam, Settings
-from askq._cluster import ClusterUrl
-from askq._connections import check_redis_url, redacted
-from askq._sweeper import Sweeper
 from askq.answerers.memory import MemoryAnswerer
+from askq.redis._cluster import ClusterUrl
+from askq.redis._connections import check_redis_url
+from askq.redis._wire import redacted
+from askq.sweeping._sweeper import Sweeper
 
 
 def test_a_cluster_url_names_its_seed_nodes() -> None:
@@ -61,7 +62,7 @@ def test_a_cluster_urls_password_is_never_shown() -> None:
 async def test_an_unreachable_cluster_fails_an_ask_at_once_as_never_sent() -> None:
     """No seed answers: REDIS_UNAVAILABLE at once (as for a single Redis that is not
     there), marked as never sent, not tried again for ASKQ_CLUSTER_RETRY_SECONDS."""
-    from askq._connections import NotConnected
+    from askq.redis._wire import NotConnected
     from bench._redis_server import free_port
 
     url = f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
@@ -108,8 +109,8 @@ async def test_a_deployment_lives_in_its_slot_and_arq_under_its_prefix(on_cluste
     slot, under its prefix; no `arq:` key is left anywhere in the cluster."""
     from arq.worker import Worker
 
-    from askq._arq import close_worker
-    from askq._sweeper import worker_settings
+    from askq.redis._arq import close_worker
+    from askq.sweeping._sweeper import worker_settings
 
     channel = Flaky(fail=1, retry_after=0.05)
     sweeper = Worker(**worker_settings(on_cluster.settings(sweep_interval=1)), handle_signals=False)
@@ -279,7 +280,8 @@ async def test_commands_and_pipelines_ride_through_a_failover_of_the_first_seed(
     CLUSTERDOWN replies inside a pipeline were handed back as results.) So does a
     connection pinned to that master (a blocking loop's, arq's): it connects to the
     promoted replica, where it failed `Error 111` until then."""
-    from askq._connections import NotConnected, command_client, pinned_client
+    from askq.redis._connections import command_client, pinned_client
+    from askq.redis._wire import NotConnected
 
     settings = Settings(
         redis_url=own_cluster.url, prefix="fo", cluster_retry_seconds=20.0, socket_timeout=2.0

@@ -16,9 +16,9 @@ from conftest import running
 from rich.console import Console
 
 from askq import AnswererRuntime, Answers, AskError, Caller, ErrorCode, Retraction, Seam
-from askq._text import visible
 from askq.answerers.console import ConsoleAnswerer, ConsoleOptions
 from askq.answerers.memory import MemoryAnswerer
+from askq.protocol._text import visible
 
 CONFIRM = {
     "id": "deploy",

@@ -577,7 +577,7 @@ async def test_two_prefixes_on_one_redis_each_get_their_maintenance(server: Redi
 
     from arq.worker import Worker
 
-    from askq._sweeper import worker_settings
+    from askq.sweeping._sweeper import worker_settings
 
     rounds: Counter[str] = Counter()
     workers = []

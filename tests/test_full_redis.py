@@ -449,9 +449,9 @@ class _FullThenRunning:
 async def test_arq_queues_and_heartbeats_keep_going_and_say_it_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from askq._arq import run_supervised
-    from askq._full import episode
-    from askq._heartbeat import keep_beating
+    from askq.redis._arq import run_supervised
+    from askq.redis._full import episode
+    from askq.redis._heartbeat import keep_beating
 
     episode.__init__()  # type: ignore[misc]  # (what an earlier test in this process saw)
     caplog.set_level("WARNING")

@@ -15,10 +15,10 @@ import pytest
 from conftest import SEED, YES, YES_JSON, Backend, running
 
 from askq import AskError, AskUserQuestionTool, Caller, ErrorCode, Seam
-from askq._asking import idempotency_digest
-from askq._checks import duration_ms
-from askq._models import parse_answers, parse_input
 from askq.answerers.memory import MemoryAnswerer
+from askq.protocol._build import idempotency_digest
+from askq.protocol._checks import duration_ms
+from askq.protocol._models import parse_answers, parse_input
 
 DEPLOY = {
     "questions": [
@@ -326,7 +326,7 @@ async def test_7_an_offer_no_replica_ever_read_is_given_back(seam: Seam) -> None
     nor left): the offer made to it was never delivered, so it is in no replica's
     pending list. Removing the group (and the sweeper, for a group long dead) gives
     it back."""
-    from askq._registry import GroupSpec
+    from askq.seam._registry import GroupSpec
 
     ghost = GroupSpec("desk", 0, "memory")
     await seam.scripts.register(  # what a replica's start-up writes, live for 1 s
@@ -466,7 +466,7 @@ async def test_10_a_remind_that_hangs_does_not_stop_retraction(backend: Backend)
 
 
 def test_15_visible_writes_out_every_control_and_invisible_mark() -> None:
-    from askq._text import quoted, visible
+    from askq.protocol._text import quoted, visible
 
     deceptive = "Yes, drop it\x1b[2K\x1b[1G  1. No\u202e\x07\u200b\ufeff\r\x00"
     shown = visible(deceptive)
@@ -484,7 +484,7 @@ def test_15_visible_writes_out_every_control_and_invisible_mark() -> None:
 
 
 async def test_9_call_hook_runs_a_hook_inline_or_bounds_it() -> None:
-    from askq._hooks import call_hook
+    from askq.answering._hooks import call_hook
 
     log: list[str] = []
 

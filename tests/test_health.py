@@ -12,8 +12,8 @@ import sys
 
 from conftest import Backend, running
 
-from askq._sweeper_beat import SweeperBeat
 from askq.answerers.memory import MemoryAnswerer
+from askq.sweeping._sweeper_beat import SweeperBeat
 from bench._redis_server import free_port
 
 

@@ -13,8 +13,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from two_runs import asked_apart
 
 from askq import AskError, Caller, ErrorCode, Seam
-from askq._sweeper import Sweeper
 from askq.answerers.memory import MemoryAnswerer
+from askq.sweeping._sweeper import Sweeper
 
 pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
 
@@ -270,7 +270,7 @@ async def test_an_ask_sent_again_after_its_request_expired_is_not_asked_anew(
         assert not await seam.redis.exists(keys.request(offer.request_id))  # not asked anew
         assert not await seam.redis.exists(keys.audit(offer.request_id))
         assert human.presented.empty()
-        from askq._resend import REPEAT_WINDOW_S, REPLY_MIN_TTL_S
+        from askq.redis._resend import REPEAT_WINDOW_S, REPLY_MIN_TTL_S
 
         ttl = await seam.redis.ttl(keys.reply(offer.request_id))
         assert REPEAT_WINDOW_S < ttl <= REPLY_MIN_TTL_S  # the reply lasts the repeat window
@@ -282,7 +282,7 @@ async def test_a_send_is_repeated_for_its_window_then_fails_saying_so(
     """Redis never answers the ask (every reply lost): it is sent again for the repeat
     window, then fails REDIS_UNAVAILABLE saying the first send may have run (and the
     ask is withdrawn in the background). Before, it was sent again forever."""
-    monkeypatch.setattr("askq._resend.REPEAT_WINDOW_S", 0.3)
+    monkeypatch.setattr("askq.redis._resend.REPEAT_WINDOW_S", 0.3)
     async with running(seam, MemoryAnswerer(), "desk"):
         for shard in seam.shards:
             monkeypatch.setattr(shard.scripts.pipeline, "call", lost_reply)
@@ -384,7 +384,7 @@ async def test_the_same_tool_call_id_in_two_turns_is_asked_apart(seam: Seam) -> 
 async def test_a_tool_call_without_a_run_has_no_key(seam: Seam) -> None:
     """An empty run id is refused, never replaced by a key two runs could share."""
     from askq import AskUserQuestionTool
-    from askq._tool import tool_call_key
+    from askq.seam._tool import tool_call_key
 
     for run in ("", [], ["", ""]):
         with pytest.raises(AskError) as info:

@@ -21,9 +21,9 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from two_runs import asked_apart
 
 from askq import AskUserQuestionTool, Offer, input_schema
-from askq import _tool as askq_tool
 from askq.answerers.memory import MemoryAnswerer
 from askq.integrations.langchain import ask_user_question_tool
+from askq.seam import _tool as askq_tool
 
 
 def yes(offer: Offer) -> list[dict[str, Any]]:

@@ -26,10 +26,10 @@ from test_processes import worker_process
 from two_runs import asked_apart
 
 from askq import AskUserQuestionTool, Seam, input_schema
-from askq import _tool as askq_tool
-from askq._tool import tool_call_key
 from askq.answerers.memory import MemoryAnswerer
 from askq.integrations.openai_agents import ask_user_question_tool
+from askq.seam import _tool as askq_tool
+from askq.seam._tool import tool_call_key
 
 
 class ScriptedModel(Model):

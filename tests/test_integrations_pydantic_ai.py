@@ -27,10 +27,10 @@ from pydantic_ai.usage import RunUsage
 from two_runs import asked_apart
 
 from askq import AskUserQuestionTool, Offer, input_schema
-from askq import _tool as askq_tool
-from askq._tool import tool_call_key
 from askq.answerers.memory import MemoryAnswerer
 from askq.integrations.pydantic_ai import ask_user_question_tool
+from askq.seam import _tool as askq_tool
+from askq.seam._tool import tool_call_key
 
 
 def yes(offer: Offer) -> list[dict[str, Any]]:

@@ -23,10 +23,10 @@ import pytest
 from conftest import SEED, YES, YES_JSON, Backend, running, sweeping
 
 from askq import AskError, Caller, ErrorCode, Seam
-from askq._connections import server_ms
-from askq._registry import GroupSpec
-from askq._sweeper import Sweeper
 from askq.answerers.memory import MemoryAnswerer
+from askq.redis._connections import server_ms
+from askq.seam._registry import GroupSpec
+from askq.sweeping._sweeper import Sweeper
 
 pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
 

@@ -232,7 +232,7 @@ def test_a_metrics_setting_that_cannot_be_served_is_one_config_error_naming_it(
 def test_the_grafana_dashboard_uses_only_metrics_askq_exposes(backend: Backend) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from askq._metrics import PrometheusRecorder, RedisCollector
+    from askq.observing._metrics import PrometheusRecorder, RedisCollector
 
     registry = CollectorRegistry()
     registry.register(RedisCollector(backend.settings()))
@@ -264,8 +264,8 @@ async def test_sends_are_counted_per_group(seam: Seam, monkeypatch: pytest.Monke
     series (before: one series per kind, so whose sends failed could not be told)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from askq import _metrics
-    from askq._metrics import PrometheusRecorder
+    from askq.observing._metrics import PrometheusRecorder
+    from askq.protocol import _recorder
 
     class Pinger(MemoryAnswerer):
         kind = "pinger"
@@ -276,7 +276,7 @@ async def test_sends_are_counted_per_group(seam: Seam, monkeypatch: pytest.Monke
             self.pinged.set()
 
     registry = CollectorRegistry()
-    monkeypatch.setattr(_metrics, "recorder", PrometheusRecorder(registry))
+    monkeypatch.setattr(_recorder, "recorder", PrometheusRecorder(registry))
     one, two = Pinger(), Pinger()
     async with running(seam, one, "one"), running(seam, two, "two"):
         for pinger, times in ((one, 1), (two, 2)):

@@ -21,7 +21,7 @@ from askq import (
     parse_answers,
     parse_input,
 )
-from askq._models import MAX_OPTIONS, MAX_QUESTIONS
+from askq.protocol._models import MAX_OPTIONS, MAX_QUESTIONS
 
 GOLDEN = Path(__file__).parent / "golden" / "ask_user_question.input_schema.json"
 

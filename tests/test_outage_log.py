@@ -1,6 +1,6 @@
 """A Redis outage in the log: said once when it starts and once when it ends, per
 process, however many loops retry meanwhile (a worker logged one WARNING per retry:
-21 lines in 6 s; `worker/_outage.py`)."""
+21 lines in 6 s; `worker/redis/_outage.py`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import logging
 import pytest
 from test_faults import ASKQ, Procs, environ, procs, server
 
-from askq._outage import Outage
+from askq.redis._outage import Outage
 from bench._redis_server import RedisServer
 
 __all__ = ["procs", "server"]  # the fixtures, used by name
@@ -83,8 +83,8 @@ async def test_a_sweeper_starting_in_an_outage_says_so_once(
     log had both: the outage test failed on it whenever the check lost the race with the
     kill)."""
     from askq import Settings
-    from askq._outage import outage
-    from askq._sweeper import _shutdown, _startup
+    from askq.redis._outage import outage
+    from askq.sweeping._sweeper import _shutdown, _startup
     from bench._redis_server import free_port
 
     settings = Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")

@@ -22,7 +22,7 @@ for name in ("askq", "askq.answerers", "askq.answerers.slack", "worker", "answer
         out[name] = importlib.import_module(name).__file__
     except ImportError:
         out[name] = None
-from askq._lua import load
+from askq.redis._lua import load
 out["lua"] = "redis.call" in load("ask").text
 out["entry_points"] = sorted(
     f"{ep.name}={ep.value}" for ep in md.distribution("askq").entry_points
@@ -79,7 +79,7 @@ def test_a_wheel_built_from_the_sdist_installs_askq_and_nothing_else(tmp_path: P
     assert list(dist.glob("*.tar.gz"))
     names = zipfile.ZipFile(wheel).namelist()
     assert {name.split("/")[0] for name in names} == {"askq", "askq-0.1.0.dist-info"}
-    assert "askq/lua/ask.lua" in names and "askq/py.typed" in names
+    assert "askq/redis/lua/ask.lua" in names and "askq/py.typed" in names
     assert "askq/answerers/slack/_answerer.py" in names
     assert "askq/answerers/email/_answerer.py" in names
     # The web inbox's pages ship in the wheel: nothing loads from a CDN.

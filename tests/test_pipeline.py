@@ -1,6 +1,6 @@
-"""Auto-pipelining of script calls (worker/_pipeline.py): batched under load, one
+"""Auto-pipelining of script calls (worker/redis/_pipeline.py): batched under load, one
 result per call, in order, failures kept to their own call. And the connection class
-(worker/_connections.py) that packs and sends them."""
+(worker/redis/_connections.py) that packs and sends them."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from askq import Caller, Seam
-from askq._cluster import is_cluster_url
-from askq._connections import _HiredisPacking, _with_hiredis_packing, command_client
-from askq._pipeline import ScriptPipeline
 from askq.answerers.memory import MemoryAnswerer
+from askq.redis._cluster import is_cluster_url
+from askq.redis._connections import command_client
+from askq.redis._pipeline import ScriptPipeline
+from askq.redis._wire import _HiredisPacking, with_hiredis_packing
 
 pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
 
@@ -144,7 +145,7 @@ async def test_many_asks_of_one_process_share_pipelines(backend: Backend, seam: 
 def test_hiredis_packs_what_redis_py_would(command: tuple[object, ...]) -> None:
     """Commands are packed by hiredis: the same bytes on the wire as redis-py's own
     packer, for every kind of argument askq sends."""
-    ours = _with_hiredis_packing(Connection)()
+    ours = with_hiredis_packing(Connection)()
     theirs = Connection()
     assert b"".join(ours.pack_command(*command)) == b"".join(theirs.pack_command(*command))
     assert b"".join(ours.pack_commands([command, command])) == b"".join(
@@ -170,7 +171,7 @@ async def test_a_seam_talks_through_hiredis_packing(seam: Seam) -> None:
 async def _connection(url: str, socket_timeout: float) -> Connection:
     host_port = url.split("//", 1)[1].split("/", 1)[0]
     host, port = host_port.split(":")
-    conn = _with_hiredis_packing(Connection)(
+    conn = with_hiredis_packing(Connection)(
         host=host, port=int(port), socket_timeout=socket_timeout, decode_responses=True
     )
     await conn.connect()

@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 from conftest import NO_JSON, ROOT, SEED, YES, YES_JSON, Backend, _free_port, running
 
-from askq import AskError, Caller, ErrorCode, Seam
-from askq._seam import RequestStatus
+from askq import AskError, Caller, ErrorCode, RequestStatus, Seam
 from askq.answerers.memory import MemoryAnswerer
 
 ASKQ = [sys.executable, "-m", "askq"]

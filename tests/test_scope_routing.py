@@ -13,8 +13,8 @@ import pytest
 from conftest import NO, NO_JSON, SEED, YES, YES_JSON, Backend, running
 
 from askq import AskError, Caller, ErrorCode, Seam
-from askq._registry import lua_match, lua_pattern
 from askq.answerers.memory import MemoryAnswerer
+from askq.seam._registry import lua_match, lua_pattern
 
 CALLER = Caller(agent_id="agent-1", turn_id="turn-1")
 

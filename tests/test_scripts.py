@@ -14,10 +14,10 @@ from redis.exceptions import InvalidResponse, ResponseError
 from script_checks import CHECKER
 
 from askq import AskError, Caller, ErrorCode, Offer, Seam
-from askq._lua import INCLUDES, _raw, load, names
-from askq._scripts import NAMES
-from askq._sweeper import Sweeper
 from askq.answerers.memory import MemoryAnswerer
+from askq.redis._lua import INCLUDES, _raw, load, names
+from askq.redis._scripts import NAMES
+from askq.sweeping._sweeper import Sweeper
 
 pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
 

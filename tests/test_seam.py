@@ -10,8 +10,8 @@ import pytest
 from conftest import NO, NO_JSON, SEED, YES, YES_JSON, Backend, running
 
 from askq import AskError, AskUserQuestionTool, Caller, ErrorCode, Seam, Settlement, SyncSeam
-from askq._tool import tool_call_key
 from askq.answerers.memory import MemoryAnswerer
+from askq.seam._tool import tool_call_key
 
 pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
 
@@ -409,7 +409,7 @@ async def test_settled_state_expires(backend: Backend) -> None:
             assert await seam.redis.zcard(seam.keys.pending) == 0
             # The reply outlasts the request for the repeat window of an ask whose reply
             # was lost (_resend.py), and expires after it too.
-            from askq._resend import REPLY_MIN_TTL_S
+            from askq.redis._resend import REPLY_MIN_TTL_S
 
             reply = seam.shard_of_request(ids[0]).keys.reply(ids[0])
             assert 0 < await seam.redis.ttl(reply) <= REPLY_MIN_TTL_S

@@ -40,10 +40,11 @@ from test_faults import (
 )
 
 from askq import AskError, Caller, ErrorCode, Seam, Settings
-from askq._arq import arq_client
-from askq._connections import NotConnected, check_redis_url, command_client, redacted
-from askq._metrics import RedisCollector
-from askq._sentinel import BlockingSentinelPool, parse_sentinel_url, sync_sentinel_client
+from askq.observing._metrics import RedisCollector
+from askq.redis._arq import arq_client
+from askq.redis._connections import check_redis_url, command_client
+from askq.redis._sentinel import BlockingSentinelPool, parse_sentinel_url, sync_sentinel_client
+from askq.redis._wire import NotConnected, redacted
 from bench._redis_server import redis_server_binary
 
 __all__ = ["procs"]  # the fixture, used by name

@@ -1,4 +1,4 @@
-"""ASKQ_SHARDS: one deployment over several hash tags (worker/_shards.py).
+"""ASKQ_SHARDS: one deployment over several hash tags (worker/redis/_shards.py).
 
 The shard logic runs on fakeredis and the real Redis with 3 shards (several tags on
 one server are valid there), and on the session's Redis Cluster with 3 shards, where
@@ -15,8 +15,8 @@ from conftest import SEED, YES, YES_JSON, Backend, drop_keys, make_backend, runn
 from redis.crc import key_slot
 
 from askq import AskError, Caller, ErrorCode, Seam
-from askq._shards import MAX_SHARDS, Layout, shard_tag
 from askq.answerers.memory import MemoryAnswerer
+from askq.redis._shards import MAX_SHARDS, Layout, shard_tag
 
 SHAPES = ["fake-3", "real-3", pytest.param("cluster-3", marks=pytest.mark.cluster)]
 
@@ -230,9 +230,9 @@ async def test_shards_land_in_their_slots_on_different_masters(
 async def test_status_requests_show_and_recent_read_every_shard(sharded: Backend) -> None:
     """What an operator or a dashboard reads (`askq status`, `requests`, `show`, a
     channel's recent settlements and fleet) covers every shard."""
-    from askq._audit import RequestFilter
-    from askq._cli_inspect import _audit
-    from askq._status import full_status
+    from askq.cli._inspect import _audit
+    from askq.observing._audit import RequestFilter
+    from askq.observing._status import full_status
 
     async with sharded.seam() as seam:
         mem = MemoryAnswerer()
@@ -245,7 +245,7 @@ async def test_status_requests_show_and_recent_read_every_shard(sharded: Backend
             full = await full_status(seam, 100)
             assert full.pending_total == 3 and full.pending_by_state == {"CLAIMED": 3}
             assert [(g.name, g.live_consumers) for g in full.groups] == [("mem", 1)]
-            from askq._metrics import RedisCollector
+            from askq.observing._metrics import RedisCollector
 
             scraped = await asyncio.to_thread(RedisCollector(seam.settings)._read)
             gauges = {f.name: f.samples for f in scraped}

@@ -43,7 +43,7 @@ def _loop_module(
     script = (
         "import asyncio, sys\n"
         + ("sys.modules['uvloop'] = None  # as if not installed\n" if without_uvloop else "")
-        + "from askq._loop import run_on_loop\n"
+        + "from askq.cli._loop import run_on_loop\n"
         "async def main():\n"
         "    return type(asyncio.get_running_loop()).__module__\n"
         "print(run_on_loop(main()))\n"

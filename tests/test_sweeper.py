@@ -12,9 +12,9 @@ from arq.worker import Worker
 from conftest import SEED, YES, YES_JSON, Backend, running
 
 from askq import AskError, Caller, ErrorCode, RetryLater, Seam
-from askq._arq import close_worker
-from askq._sweeper import worker_settings
 from askq.answerers.memory import MemoryAnswerer
+from askq.redis._arq import close_worker
+from askq.sweeping._sweeper import worker_settings
 
 pytestmark = pytest.mark.cluster  # runs on the Redis Cluster too (conftest.py)
 

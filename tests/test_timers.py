@@ -9,8 +9,8 @@ import pytest
 from conftest import SEED, YES, YES_JSON, Backend, running, sweeping
 
 from askq import Answerer, AnswererOptions, AskError, Caller, ErrorCode, Offer, Seam
-from askq._audit import settlement_counts
 from askq.answerers.memory import MemoryAnswerer
+from askq.observing._audit import settlement_counts
 
 
 def caller(turn: str = "t1") -> Caller:

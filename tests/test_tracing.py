@@ -136,8 +136,7 @@ import asyncio, sys
 sys.modules["opentelemetry"] = None  # as if the extra were not installed
 from fakeredis import FakeAsyncRedis
 from askq import AskError, Caller, Seam
-from askq import _tracing
-
+from askq.protocol import _tracing
 async def main():
     async with Seam(redis=FakeAsyncRedis(decode_responses=True)) as seam:
         try:
@@ -162,8 +161,7 @@ def test_no_span_is_made_when_no_provider_is_set_and_no_trace_goes_on(
 ) -> None:
     """The extra installed but never configured: `ask_span` is the shared no-op (what
     OpenTelemetry's no-op span would have recorded and carried: nothing)."""
-    from askq import _tracing
-
+    from askq.protocol import _tracing
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: trace.ProxyTracerProvider())
     with _tracing.ask_span("a", "t") as span:
         assert span is None

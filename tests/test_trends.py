@@ -14,8 +14,14 @@ import pytest
 from conftest import SEED, YES, Backend, running, sweeping
 
 from askq import AskError, Caller, ErrorCode, Seam
-from askq._trends import MINUTE_MS, bucket_bounds_seconds, fleet_trends, percentile, trends_from
 from askq.answerers.memory import MemoryAnswerer
+from askq.observing._trends import (
+    MINUTE_MS,
+    bucket_bounds_seconds,
+    fleet_trends,
+    percentile,
+    trends_from,
+)
 
 pytestmark = pytest.mark.cluster  # the counts of every shard, on a cluster too
 

@@ -22,10 +22,10 @@ from test_web_http import CALLER, CONFIRM
 from web_helpers import web_replica
 
 from askq import Seam
-from askq._recent import recent_in_shards
-from askq._trends import MINUTE_MS, percentile
 from askq.answerers.memory import MemoryAnswerer
 from askq.answerers.web._charts import duration
+from askq.observing._recent import recent_in_shards
+from askq.observing._trends import MINUTE_MS, percentile
 
 __all__ = ["browser"]  # the fixture, imported so pytest finds it
 

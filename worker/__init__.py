@@ -1,12 +1,16 @@
 """askq: the queue core. The public API is re-exported here."""
 
-from ._answerer import FINAL_REFUSALS, Answerer, AnswererOptions, GroupHandle, RetryLater
-from ._attribution import answered_by
-from ._errors import AskError, ErrorCode
-from ._keys import Keys
-from ._links import LinkClaims, LinkError, SignedLinks
-from ._metrics import serve_metrics
-from ._models import (
+from .answering._answerer import FINAL_REFUSALS, Answerer, AnswererOptions, GroupHandle, RetryLater
+from .answering._links import LinkClaims, LinkError, SignedLinks
+from .answering._routes import RouteTable
+from .answering._runtime import AnswererRuntime
+from .answering._store import ChannelStore, FeedFollower
+from .observing._metrics import serve_metrics
+from .observing._recent import RecentSettlement
+from .observing._trends import FleetTrends, GroupTimes, MinuteCounts, TierShare
+from .protocol._attribution import answered_by
+from .protocol._errors import AskError, ErrorCode
+from .protocol._models import (
     MAX_CUSTOM,
     RECOMMENDED_SUFFIX,
     Answer,
@@ -27,18 +31,14 @@ from ._models import (
     parse_selector,
     scope_matches,
 )
-from ._recent import RecentSettlement
-from ._routes import RouteTable
-from ._runtime import AnswererRuntime
-from ._seam import Seam
-from ._settings import ChannelSettings, Settings
-from ._store import ChannelStore, FeedFollower
-from ._sweeper import Sweeper
-from ._sync import SyncSeam
-from ._text import quoted, visible
-from ._tool import TOOL_NAME, AskUserQuestionTool, ToolResult, input_schema, input_schema_json
-from ._trends import FleetTrends, GroupTimes, MinuteCounts, TierShare
-from ._types import AbortSignal, OnTimeout
+from .protocol._settings import ChannelSettings, Settings
+from .protocol._text import quoted, visible
+from .protocol._types import AbortSignal, OnTimeout
+from .redis._keys import Keys
+from .seam._seam import Seam
+from .seam._sync import SyncSeam
+from .seam._tool import TOOL_NAME, AskUserQuestionTool, ToolResult, input_schema, input_schema_json
+from .sweeping._sweeper import Sweeper
 
 __all__ = [
     "FINAL_REFUSALS",

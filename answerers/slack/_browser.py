@@ -21,7 +21,6 @@ from askq import AskError, ErrorCode, SignedLinks
 from ._routes import USER_ID
 
 if TYPE_CHECKING:
-    from ._config import SlackSettings
     from ._routes import Route
 
 MIN_SECRET = 16  # as the web inbox requires of ASKQ_WEB_SECRET
@@ -44,10 +43,11 @@ class BrowserLinks:
         return f"{self.web_url}/q/{quote(request_id, safe='')}"
 
 
-def browser_links(settings: SlackSettings) -> BrowserLinks | None:
-    """From ASKQ_SLACK_WEB_URL and ASKQ_SLACK_LINK_SECRET; None without a web URL."""
-    web_url = settings.web_url.strip().rstrip("/")
-    secret = settings.link_secret.get_secret_value().strip() if settings.link_secret else ""
+def browser_links(web_url: str, secret: str, web_group: str, ttl: float) -> BrowserLinks | None:
+    """From ASKQ_SLACK_WEB_URL, ASKQ_SLACK_LINK_SECRET, ASKQ_SLACK_WEB_GROUP and
+    ASKQ_SLACK_LINK_TTL (`SlackSettings`); None without a web URL."""
+    web_url = web_url.strip().rstrip("/")
+    secret = secret.strip()
     if not web_url:
         if secret:
             raise AskError(
@@ -67,11 +67,11 @@ def browser_links(settings: SlackSettings) -> BrowserLinks | None:
             f"ASKQ_SLACK_LINK_SECRET: needs at least {MIN_SECRET} characters"
             " (it must be one of the web inbox's ASKQ_WEB_SECRET secrets)",
         )
-    if not settings.web_group.strip():
+    if not web_group.strip():
         raise AskError(ErrorCode.CONFIG_ERROR, "ASKQ_SLACK_WEB_GROUP is empty")
     return BrowserLinks(
         web_url=web_url,
-        web_group=settings.web_group.strip(),
-        ttl=settings.link_ttl,
+        web_group=web_group.strip(),
+        ttl=ttl,
         links=SignedLinks([secret]) if secret else None,
     )

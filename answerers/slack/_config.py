@@ -127,7 +127,12 @@ class SlackConfig:
             http_port=settings.http_port,
             api_url=settings.api_url,
             routes=parse_routes(settings.routes, settings.allowlist),
-            browser=browser_links(settings),
+            browser=browser_links(
+                settings.web_url,
+                settings.link_secret.get_secret_value() if settings.link_secret else "",
+                settings.web_group,
+                settings.link_ttl,
+            ),
         )
 
 

@@ -44,13 +44,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from .._errors import AskError, ErrorCode
-from .._models import Caller, validate_model
-from .._runtime import stop_on_signals
-from .._seam import Seam
-from .._settings import Settings
-from .._text import quoted, visible
-from .._tool import AskUserQuestionTool, RunId, warn_unkeyed_once
+from ..answering._runtime import stop_on_signals
+from ..protocol._errors import AskError, ErrorCode
+from ..protocol._models import Caller, validate_model
+from ..protocol._settings import Settings
+from ..protocol._text import quoted, visible
+from ..seam._seam import Seam
+from ..seam._tool import AskUserQuestionTool, RunId, warn_unkeyed_once
 
 if TYPE_CHECKING:
     from claude_agent_sdk import (
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
         ToolPermissionContext,
     )
 
-    from .._types import AbortSignal
+    from ..protocol._types import AbortSignal
 
 log = logging.getLogger("askq.integrations.claude_code")
 

@@ -32,8 +32,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import ArgsSchema, BaseTool, ToolException
 from pydantic import ConfigDict, Field
 
-from .._models import Caller
-from .._tool import (
+from ..protocol._models import Caller
+from ..seam._tool import (
     TOOL_DESCRIPTION,
     TOOL_NAME,
     AskUserQuestionTool,

@@ -26,8 +26,8 @@ from agents import FunctionTool
 from agents.tool_context import ToolContext
 from agents.tracing import get_current_trace
 
-from .._models import Caller
-from .._tool import AskUserQuestionTool, input_schema, warn_unkeyed_once
+from ..protocol._models import Caller
+from ..seam._tool import AskUserQuestionTool, input_schema, warn_unkeyed_once
 
 TurnOf = Callable[[ToolContext[Any]], str | None]
 

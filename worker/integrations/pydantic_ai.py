@@ -23,9 +23,9 @@ from typing import Any
 from pydantic_ai import ModelRetry, RunContext, Tool
 from pydantic_ai.exceptions import ToolFailed
 
-from .._errors import ErrorCode
-from .._models import Caller
-from .._tool import AskUserQuestionTool, input_schema, warn_unkeyed_once
+from ..protocol._errors import ErrorCode
+from ..protocol._models import Caller
+from ..seam._tool import AskUserQuestionTool, input_schema, warn_unkeyed_once
 
 
 def ask_user_question_tool(

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from askq import AskError, AskUserQuestionTool, ChannelStore, ErrorCode, ToolResult
-from askq._tool import tool_call_key
+from askq.seam._tool import tool_call_key
 
 from ._identity import Who
 from ._settings import McpSettings

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from askq import RECOMMENDED_SUFFIX, Answer
-from askq._text import cut, quoted
+from askq.protocol._text import cut, quoted
 
 MAX_OPTIONS = 10
 MAX_LABEL = 120

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from askq import Caller
-from askq._checks import MAX_IDEMPOTENCY_KEY, check_text
-from askq._models import validate_model
+from askq.protocol._checks import MAX_IDEMPOTENCY_KEY, check_text
+from askq.protocol._models import validate_model
 
 from ._settings import McpSettings
 

@@ -161,7 +161,7 @@ async def serve_stdio(settings: Settings, mcp_settings: McpSettings) -> bool:
     the caller should end the process itself once this returns (all is settled)."""
     from mcp.server.stdio import stdio_server
 
-    from askq._runtime import stop_on_signals
+    from askq.answering._runtime import stop_on_signals
 
     async with open_server(settings, mcp_settings) as server:
 

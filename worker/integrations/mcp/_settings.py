@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from askq import AskError, ChannelSettings
-from askq._checks import parse_scope
+from askq.protocol._checks import parse_scope
 
 
 class McpSettings(ChannelSettings):

@@ -131,7 +131,7 @@ def _kind_option(name: str, field: FieldInfo) -> click.Option:
 class KindCommand(click.Command):
     """`askq worker KIND`: the kind's own options, then the group's, in two sections of
     the help; an unknown flag is a CONFIG_ERROR naming the closest valid one, and so is
-    a value that is not UTF-8 text (`_cli_base.CheckedContext`)."""
+    a value that is not UTF-8 text (`_base.CheckedContext`)."""
 
     text_error_code = ErrorCode.CONFIG_ERROR
 

@@ -1,4 +1,5 @@
-"""One ask's life: expecting its reply, publishing it, waiting, timing out.
+"""One ask's life (`ask`, a `PendingAsk` each): its request built, its reply expected,
+the ask published, waited on, timed out; withdrawn if the caller gives up.
 
 REDIS_UNAVAILABLE means the question was not published: only a connection that could
 not be made (NotConnected), or Redis refusing the ask because it is full (a script is

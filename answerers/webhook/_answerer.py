@@ -105,7 +105,11 @@ class WebhookAnswerer(Answerer[WebhookOptions]):
 
     def answer_url(self, request_id: str) -> str:
         path = ANSWER_PATH.format(group=self.group.name, request_id=request_id)
-        return self.config.public_url + path
+        base = self.config.public_url
+        if not base:
+            host = self.config.http_host
+            base = f"http://{f'[{host}]' if ':' in host else host}:{self.http_port}"
+        return base + path
 
     # --- the runtime's side ------------------------------------------------------------
 

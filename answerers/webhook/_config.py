@@ -37,7 +37,7 @@ class WebhookSettings(ChannelSettings):
     url: str = Field(default="", description="Where every question is POSTed (http(s) URL).")
     routes: str = Field(
         default="",
-        description="JSON: scope selector -> URL, first match wins, \"*\" last; a scope no"
+        description='JSON: scope selector -> URL, first match wins, "*" last; a scope no'
         f" route matches is declined. Instead of ASKQ_WEBHOOK_URL. E.g. {ROUTES_EXAMPLE}",
     )
     secret: SecretStr | None = Field(
@@ -69,7 +69,7 @@ class WebhookConfig:
     routes: Routes
     secret: str  # whsec_...
     key: bytes  # the secret's bytes (answer tokens are derived from them)
-    public_url: str  # no trailing slash
+    public_url: str  # no trailing slash; "": the callback's own http://host:port
     http_host: str
     http_port: int
     tries: int
@@ -82,7 +82,7 @@ class WebhookConfig:
             raise _error(
                 "ASKQ_WEBHOOK_SECRET is not set: the webhook answerer signs every POST"
                 " (whsec_ and 24-64 random bytes in base64, e.g. from"
-                ' python -c "import base64,os; print(\'whsec_\' + base64.b64encode('
+                " python -c \"import base64,os; print('whsec_' + base64.b64encode("
                 'os.urandom(32)).decode())")'
             )
         key = _key(secret)
@@ -100,11 +100,8 @@ class WebhookConfig:
                 " questions (or ASKQ_WEBHOOK_ROUTES, a URL per scope)"
             )
         public = settings.public_url.strip()
-        if public:
+        if public:  # unset: the callback's own address, once it listens
             public = _url(public, "ASKQ_WEBHOOK_PUBLIC_URL")
-        else:
-            host = settings.http_host
-            public = f"http://{f'[{host}]' if ':' in host else host}:{settings.http_port}"
         return cls(
             routes=routes,
             secret=SECRET_PREFIX + base64.b64encode(key).decode(),

@@ -138,9 +138,7 @@ def summary(request: AskRequest) -> str:
     return text if len(text) <= SUMMARY_MAX else text[: SUMMARY_MAX - 1] + "…"
 
 
-def asked(
-    request: AskRequest, group: str, at: float, answer_url: str, token: str
-) -> str:
+def asked(request: AskRequest, group: str, at: float, answer_url: str, token: str) -> str:
     data = {
         "request_id": request.id,
         "group": group,
@@ -153,9 +151,7 @@ def asked(
                 "header": q.header,
                 "question": q.question,
                 "multiSelect": q.multi_select,
-                "options": [
-                    {"label": o.label, "description": o.description} for o in q.options
-                ],
+                "options": [{"label": o.label, "description": o.description} for o in q.options],
             }
             for q in request.questions
         ],

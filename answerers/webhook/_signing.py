@@ -39,9 +39,7 @@ class Signer:
         }
 
     def token(self, group: str, request_id: str, nonce: str) -> str:
-        message = b"|".join(
-            (TOKEN_CONTEXT, group.encode(), request_id.encode(), nonce.encode())
-        )
+        message = b"|".join((TOKEN_CONTEXT, group.encode(), request_id.encode(), nonce.encode()))
         digest = hmac.new(self._key, message, hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 

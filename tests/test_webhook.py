@@ -126,6 +126,24 @@ async def test_a_5xx_is_retried_with_the_same_message_and_token(
         assert "No, keep them" in (await asyncio.wait_for(task, 10)).to_json()
 
 
+async def test_a_post_that_times_out_is_tried_again(
+    backend: Backend, seam: Seam, receiver: Receiver
+) -> None:
+    """The receiver sits on the first POST past ASKQ_WEBHOOK_TIMEOUT (0.5 s here): askq
+    gives up on that attempt and POSTs the same message again, which is taken."""
+    held = receiver.hold_next()
+    async with webhook_worker(backend, receiver, timeout=0.5):
+        task = asyncio.create_task(seam.ask(SEED, CALLER))
+        await asyncio.wait_for(held.reached.wait(), 10)
+        asked = await receiver.wait_for("question.asked")
+        held.release.set()  # the first attempt's answer, to a client long gone
+        status, _ = await answer(asked, YES)
+        assert status == 200
+        assert (await asyncio.wait_for(task, 10)).to_json() == YES_JSON
+        await receiver.wait_for("question.asked", 2)
+        assert {p.id for p in receiver.of("question.asked")} == {asked.id}
+
+
 async def test_giving_up_after_the_tries_lets_the_next_tier_answer(
     backend: Backend, seam: Seam, receiver: Receiver
 ) -> None:
@@ -372,3 +390,22 @@ async def test_routes_send_each_scope_to_its_receiver_and_decline_the_rest(
             assert receiver.received == []
     finally:
         await acme.stop()
+
+
+async def test_a_reminder_is_posted_once_per_gap(
+    backend: Backend, seam: Seam, receiver: Receiver
+) -> None:
+    """The group's reminder delay passes: a signed question.reminder, the question
+    still answerable with its token."""
+    async with sweeping(backend), webhook_worker(backend, receiver, remind_after=0.5):
+        task = asyncio.create_task(seam.ask(SEED, CALLER))
+        asked = await receiver.wait_for("question.asked")
+        reminder = await receiver.wait_for("question.reminder")
+        assert reminder.event is not None and reminder.id != asked.id
+        assert reminder.data == {
+            "request_id": asked.data["request_id"],
+            "group": "hooks",
+            "summary": "Confirm: Proceed with the destructive cleanup?",
+        }
+        assert (await answer(asked, YES))[0] == 200
+        assert (await asyncio.wait_for(task, 10)).to_json() == YES_JSON

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from askq import (
@@ -144,11 +145,13 @@ class WebhookAnswerer(Answerer[WebhookOptions]):
         except AskError as exc:  # settled or moved on meanwhile: nothing to give back
             log.info("release of %s: %s", request_id, exc.message)
 
-    async def _post(self, request_id: str, event: str, url: str, body_of: Any) -> None:
+    async def _post(
+        self, request_id: str, event: str, url: str, body_of: Callable[[float], str]
+    ) -> None:
         """POST one event, signed; its message id and time the same in every retry."""
         assert self._delivery is not None, "the webhook answerer is not started"
         message_id, at = await self.store.message(request_id, event, time.time())
-        body: str = body_of(at)
+        body = body_of(at)
         headers = self.signer.headers(message_id, time.time(), body)
         await self._delivery.post(url, body, headers)
 

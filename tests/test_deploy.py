@@ -90,7 +90,9 @@ def test_compose_file_matches_the_compose_spec() -> None:
     doc = compose()
     assert compose_errors(doc) == []
     askq_services = {name for name, s in doc["services"].items() if name != "redis"}
-    assert askq_services == {"sweeper", "worker-auto", "worker-slack", "worker-web", "worker-email"}
+    assert askq_services == {
+        "sweeper", "worker-auto", "worker-slack", "worker-web", "worker-email", "worker-webhook",
+    }  # fmt: skip
     assert doc["services"]["sweeper"]["deploy"]["replicas"] == 2
     for name in askq_services:
         service = doc["services"][name]
@@ -113,7 +115,7 @@ def test_kubernetes_manifests_match_their_schemas() -> None:
     budgets = {name for kind, name in seen if kind == "PodDisruptionBudget"}
     assert deployments == budgets == {
         "askq-sweeper", "askq-worker-auto", "askq-worker-slack", "askq-worker-web",
-        "askq-worker-email",
+        "askq-worker-email", "askq-worker-webhook",
     }  # fmt: skip
     assert ("StatefulSet", "askq-redis") in seen
     deployment = next(doc for _, doc in manifests() if doc["kind"] == "Deployment")
@@ -315,6 +317,8 @@ async def test_compose_and_systemd_commands_start_and_pass_their_probes(
         "ASKQ_EMAIL_LISTEN_PORT": str(smtp_port),
         "ASKQ_EMAIL_SMTP_HOST": "127.0.0.1",
         "ASKQ_EMAIL_SMTP_PORT": str(free_port()),
+        "ASKQ_WEBHOOK_HTTP_HOST": "127.0.0.1",
+        "ASKQ_WEBHOOK_HTTP_PORT": str(free_port()),
         "ASKQ_SLACK_API_URL": standin.api_url,
         "ASKQ_SLACK_BOT_TOKEN": BOT_TOKEN,
         "ASKQ_SLACK_APP_TOKEN": APP_TOKEN,
@@ -379,4 +383,4 @@ async def test_compose_and_systemd_commands_start_and_pass_their_probes(
     assert set(codes.values()) == {0}, {
         n: (c, (tmp_path / f"{n}.err").read_text()[-2000:]) for n, c in codes.items() if c
     }
-    assert len(started) == 7
+    assert len(started) == 8

@@ -55,6 +55,7 @@ ENTRY_POINTS = [
     "slack=askq.answerers.slack:SlackAnswerer",
     "teams=askq.answerers.teams:TeamsAnswerer",
     "web=askq.answerers.web:WebAnswerer",
+    "webhook=askq.answerers.webhook:WebhookAnswerer",
 ]
 
 

@@ -1,0 +1,127 @@
+"""The webhook channel's round trip, against a receiver on 127.0.0.1
+(tests/webhook_receiver.py: verifies each POST with the standardwebhooks package) and
+a real redis-server.
+
+    python -m bench.webhook_roundtrip            # 200 questions
+    python -m bench.webhook_roundtrip --quick    # 20
+
+One `askq worker webhook` process (its callback on a loopback port). For each question,
+one after the other: the ask; the signed `question.asked` POST reaching the receiver
+(verified there); the receiver at once POSTs the answer to the callback with the
+question's token; the agent resumes with the answer. Rows per leg: ask → POST received,
+answer POSTed → callback's reply (token check, validation, the answer), answer POSTed →
+agent resumes, and the whole; median and p99. Needs the dev extra (the receiver is the
+tests').
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+
+import httpx
+import redis.asyncio as aioredis
+
+from askq import Caller, Seam, Settings
+from askq._demo import SEED_QUESTION
+
+from . import _procs
+from ._common import ROOT, Latency, new_prefix, wipe
+from ._redis_server import RedisServer, free_port
+
+sys.path.insert(0, str(ROOT / "tests"))
+
+from webhook_receiver import Received, Receiver, answer  # noqa: E402 - the tests' receiver
+
+YES = [{"id": "cleanup", "selected": ["Yes, delete them (Recommended)"]}]
+
+
+async def run(url: str, n: int) -> None:
+    prefix = new_prefix("webhook")
+    receiver = Receiver()
+    await receiver.start()
+    port = free_port()
+    environ = _procs.env(
+        url,
+        prefix,
+        webhook_url=receiver.url,
+        webhook_secret=receiver.secret,
+        webhook_http_port=port,
+    )
+    worker = _procs.Child("webhook", [*_procs.ASKQ, "worker", "webhook"], environ)
+    await asyncio.to_thread(worker.wait_ready)
+    times: dict[str, float] = {}
+    http = httpx.AsyncClient()  # the receiver's client, kept open as a service would
+    answering: set[asyncio.Task[None]] = set()
+
+    async def respond(asked: Received) -> None:
+        times["posted"] = time.perf_counter()
+        status, body = await answer(asked, YES, by="bench", client=http)
+        times["replied"] = time.perf_counter()
+        assert status == 200, body
+
+    def on_post(received: Received) -> None:  # the receiver answers at once
+        if received.type != "question.asked":
+            return
+        assert received.event is not None, "the signature did not verify"
+        times["received"] = time.perf_counter()
+        task = asyncio.create_task(respond(received))
+        answering.add(task)
+        task.add_done_callback(answering.discard)
+
+    receiver.on_receive = on_post
+    to_post: list[float] = []
+    to_reply: list[float] = []
+    to_resume: list[float] = []
+    whole: list[float] = []
+    try:
+        async with Seam(settings=Settings(redis_url=url, prefix=prefix)) as seam:
+            for i in range(-min(10, n), n):  # the first ten warm up
+                start = time.perf_counter()
+                await seam.ask(SEED_QUESTION, Caller(agent_id="bench", turn_id=f"t{i}"))
+                end = time.perf_counter()
+                await asyncio.gather(*answering)  # the callback's reply, timed in respond
+                if i >= 0:
+                    to_post.append(times["received"] - start)
+                    to_reply.append(times["replied"] - times["posted"])
+                    to_resume.append(end - times["posted"])
+                    whole.append(end - start)
+    finally:
+        await asyncio.to_thread(worker.stop)
+        await http.aclose()
+        await receiver.stop()
+        client = aioredis.Redis.from_url(url)
+        await wipe(client, prefix)  # a run on a shared Redis leaves nothing behind
+        await client.aclose()
+    rows = [
+        ("ask → signed POST at the receiver", Latency.of(to_post)),
+        ("answer POSTed → callback replied", Latency.of(to_reply)),
+        ("answer POSTed → agent resumes", Latency.of(to_resume)),
+        ("webhook round trip (ask → answer)", Latency.of(whole)),
+    ]
+    print(f"{'path':<40} {'median / p99':>22}   ({n} sequential questions)")
+    for name, latency in rows:
+        print(f"{name:<40} {latency!s:>22}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=200)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--redis-url", default=None)
+    args = parser.parse_args()
+    n = 20 if args.quick else args.n
+    try:
+        if args.redis_url:
+            asyncio.run(run(args.redis_url, n))
+        else:
+            with RedisServer() as server:
+                asyncio.run(run(server.url, n))
+    finally:
+        _procs.stop_all()
+
+
+if __name__ == "__main__":
+    main()

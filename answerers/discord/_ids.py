@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Final, Literal, cast
+from typing import Final, Literal
 
 MARK = "aq1"
 Verb = Literal["p", "s", "go", "m", "mm"]
@@ -70,7 +70,7 @@ def parse(value: object) -> Action | None:
     parts = value.split("|")
     if len(parts) < 4 or len(parts) > 6 or parts[1] not in VERBS:
         raise MalformedId("not one of askq's components")
-    verb = cast(Verb, parts[1])
+    verb: Verb = parts[1]
     tag, request_id = parts[2], parts[3]
     if not request_id:
         raise MalformedId("no request")

@@ -63,6 +63,8 @@ class Limits:
     description: int = 200
     label: int = 80
     answer: int = 400
+    header: int = 40
+    picks: int = 10  # labels an answer lists (the rest as "and N more")
 
 
 LEVELS = (
@@ -71,6 +73,7 @@ LEVELS = (
     Limits(question=300, description=0, label=60, answer=100),
     Limits(question=150, description=0, label=40, answer=60),
     Limits(question=60, description=0, label=25, answer=30),
+    Limits(question=30, description=0, label=12, answer=15, header=20, picks=3),
 )
 
 
@@ -168,7 +171,8 @@ def discord_by(user_id: str, name: str | None) -> str:
 
 def _intro(question: Question, index: int, total: int, limits: Limits) -> list[str]:
     count = f" ({index + 1}/{total})" if total > 1 else ""
-    return [f"**{escape(question.header)}**{count}", shown(question.question, limits.question)]
+    header = shown(question.header, limits.header)
+    return [f"**{header}**{count}", shown(question.question, limits.question)]
 
 
 def _option_lines(question: Question, limits: Limits) -> list[str]:
@@ -190,19 +194,29 @@ def _asked_by(request: AskRequest) -> str:
 
 
 def _answer_line(answer: Answer, limits: Limits) -> str:
-    parts = [f"**{shown(label, limits.label)}**" for label in answer.selected]
+    parts = [f"**{shown(label, limits.label)}**" for label in answer.selected[: limits.picks]]
+    if len(answer.selected) > limits.picks:
+        parts.append(f"and {len(answer.selected) - limits.picks} more")
     if answer.custom is not None:
         parts.append(f"“*{shown(answer.custom, limits.answer)}*”")
     return "→ " + (", ".join(parts) if parts else "*\\(nothing selected\\)*")
+
+
+def length(content: str) -> int:
+    """Characters as Discord counts them (UTF-16 units: an emoji beyond the BMP is 2)."""
+    return len(content.encode("utf-16-le")) // 2
 
 
 def _fit(build: Callable[[Limits], str]) -> str:
     content = ""
     for limits in LEVELS:
         content = build(limits)
-        if len(content) <= CONTENT_MAX:
+        if length(content) <= CONTENT_MAX:
             return content
-    return cut(content, CONTENT_MAX)  # not reached with askq's limits (tested)
+    # Not reached with askq's limits (tests/test_discord_messages.py); cut as a last resort.
+    while length(content) > CONTENT_MAX:
+        content = cut(content, len(content) - (length(content) - CONTENT_MAX))
+    return content
 
 
 # --- components --------------------------------------------------------------------------

@@ -118,7 +118,7 @@ def test_the_largest_requests_that_fit_stay_within_discords_limits(text: str, sh
         Outcome(
             "ANSWERED",
             by="x" * 500,
-            answers=tuple(__import__("askq").Answer.model_validate(a) for a in answers),
+            answers=tuple(Answer.model_validate(a) for a in answers),
         ),
     )
     assert length(final["content"]) <= CONTENT_MAX

@@ -30,7 +30,7 @@ from typing import Any
 from askq import MAX_CUSTOM, RECOMMENDED_SUFFIX, Answer, AskRequest, Question, answered_by
 
 from . import _ids as ids
-from ._text import NO_MENTIONS, cut, escape, plain, shown
+from ._text import NO_MENTIONS, cut, plain, shown
 
 CONTENT_MAX = 2000
 ROWS_MAX = 5

@@ -462,3 +462,49 @@ async def test_foreign_and_malformed_components_are_told_and_record_nothing(
         assert "only its own" in ephemeral_text((await standin.send(port, command))[1])
         assert await state_of(seam, posted.request_id) is RequestState.CLAIMED
         task.cancel()
+
+
+async def test_a_slow_answer_is_acknowledged_in_time_and_a_refusal_follows_up(
+    backend: Backend, seam: Seam, standin: DiscordStandIn, monkeypatch: Any
+) -> None:
+    """Discord waits 3 s for the response. With no time left for the answer to land
+    (ACK_SECONDS 0 here), a click is acknowledged with a deferred update at once and
+    the answer goes on: the message is edited, and a late click's refusal reaches the
+    clicker as an ephemeral follow-up through the interaction's webhook."""
+    monkeypatch.setattr("askq.answerers.discord._interactions.ACK_SECONDS", 0.0)
+    async with discord_worker(backend, standin) as discord:
+        port = port_of(discord)
+        task = asyncio.create_task(seam.ask(SEED, CALLER))
+        posted = await standin.message()
+        assert await standin.send(port, click(posted, ALICE, posted.button("Yes"))) == (
+            200,
+            DEFERRED,
+        )
+        assert (await asyncio.wait_for(task, 10)).to_json() == YES_JSON
+        await standin.wait_for("edit")
+        late = click(posted, ALICE, posted.button("No"))
+        assert (await standin.send(port, late))[1] == DEFERRED
+        [follow_up] = await standin.wait_for("follow_up")
+        assert follow_up.channel == late["token"]
+        assert follow_up.body["flags"] == EPHEMERAL
+        assert follow_up.body["content"] == (
+            "Already answered in Discord by Alice. Nothing was recorded."
+        )
+
+
+async def test_a_reminder_is_a_reply_once(
+    backend: Backend, seam: Seam, standin: DiscordStandIn
+) -> None:
+    from conftest import sweeping
+
+    async with sweeping(backend), discord_worker(backend, standin, remind_after=0.5) as discord:
+        task = asyncio.create_task(seam.ask(SEED, CALLER))
+        posted = await standin.message()
+        [reminder] = await standin.wait_for("reply")
+        assert reminder.channel == CHANNEL
+        assert reminder.body["message_reference"]["message_id"] == posted.message_id
+        assert reminder.body["content"] == "⏰ Still waiting for an answer to this question."
+        await standin.send(port_of(discord), click(posted, ALICE, posted.button("No")))
+        await asyncio.wait_for(task, 10)
+        await standin.settle(0.5)
+        assert len(standin.calls_to("reply")) == 1  # no note: it was answered on the message

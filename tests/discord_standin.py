@@ -119,6 +119,7 @@ class DiscordStandIn:
         self._n = 0
         self._runner: web.AppRunner | None = None
         self.on_post: Callable[[Call], None] | None = None  # a question posted (the bench)
+        self.on_edit: Callable[[Call], None] | None = None  # a message edited (the bench)
         self.port = 0
 
     @property
@@ -329,6 +330,8 @@ class DiscordStandIn:
             return refused
         call.message_id = request.match_info["message"]
         await self._record(call)
+        if self.on_edit is not None:
+            self.on_edit(call)
         return web.json_response(
             {"id": call.message_id, "channel_id": channel, **call.body},
             headers=self._limits("edit", channel),

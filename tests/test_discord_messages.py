@@ -6,6 +6,7 @@ the routes' targets and allowlists, the signature check, the rate-limit memory."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from typing import Any
@@ -36,7 +37,7 @@ from askq.answerers.discord import (
 )
 from askq.answerers.discord._ids import MAX_CUSTOM_ID
 from askq.answerers.discord._messages import CONTENT_MAX, length, modal
-from askq.answerers.discord._rest import RateLimits
+from askq.answerers.discord._rest import RateLimits, route_key
 from askq.answerers.discord._verify import Unsigned, Verifier
 from askq.answerers.memory import MemoryAnswerer
 
@@ -95,7 +96,7 @@ def test_the_largest_requests_that_fit_stay_within_discords_limits(text: str, sh
             {"id": "free", "header": text * 40, "question": text * 2000}
         ]
     request = request_of(questions)
-    assert fits(request)
+    assert fits(request.questions)
     group = "g" * 64
     message = question_message(request, group)
     assert length(message["content"]) <= CONTENT_MAX
@@ -134,9 +135,9 @@ def test_the_largest_requests_that_fit_stay_within_discords_limits(text: str, sh
 
 def test_requests_discord_cannot_carry_are_refused_by_fits() -> None:
     free = {"id": "f", "header": "H", "question": "Q"}
-    assert not fits(request_of(worst(5, False, "a")))  # five selects and a button row
-    assert not fits(request_of([free] * 6))  # a modal holds five inputs
-    assert fits(request_of(worst(4, False, "a") + [free]))
+    assert not fits(request_of(worst(5, False, "a")).questions)  # five selects, a button row
+    assert not fits(request_of([free] * 6).questions)  # a modal holds five inputs
+    assert fits(request_of(worst(4, False, "a") + [free]).questions)
 
 
 async def test_a_request_discord_cannot_carry_falls_through_to_the_next_tier(
@@ -160,6 +161,8 @@ async def test_a_request_discord_cannot_carry_falls_through_to_the_next_tier(
         await standin.settle()
         assert standin.calls == []
         task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
 
 
 @pytest.mark.parametrize(
@@ -284,3 +287,14 @@ def test_rate_limits_are_remembered_by_bucket_and_globally() -> None:
     assert limits.wait("PATCH /channels/9/messages/:id") > 3.5  # every route waits
     started = time.monotonic()
     assert limits.wait(post_a) <= 4.0 + (time.monotonic() - started)
+
+
+def test_route_keys_keep_the_channel_and_drop_message_ids_and_tokens() -> None:
+    channel, message = "910000000000000001", "1200000000000000001"
+    assert route_key("PATCH", f"/channels/{channel}/messages/{message}") == (
+        f"PATCH /channels/{channel}/messages/:id"
+    )
+    assert route_key("POST", "/webhooks/800000000000000001/aW50ZXJhY3Rpb24.tok") == (
+        "POST /webhooks/:id/:token"
+    )
+    assert route_key("POST", "/users/@me/channels") == "POST /users/@me/channels"

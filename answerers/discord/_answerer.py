@@ -115,9 +115,8 @@ class DiscordAnswerer(Answerer[DiscordOptions]):
     async def decide(self, offer: Offer) -> bool:
         if self.config.routes.match(offer.scope) is None:
             return False
-        request = await self.group.request(offer.request_id)
-        if not messages.fits(request):
-            log.info("Discord declines %s: %s", offer.request_id, messages.why_not(request))
+        if not messages.fits(offer.questions):
+            log.info("Discord declines %s: %s", offer.request_id, messages.why_not(offer.questions))
             return False
         return True
 
@@ -170,7 +169,7 @@ class DiscordAnswerer(Answerer[DiscordOptions]):
             return
         request = await self.group.request(request_id)
         route = self.config.routes.match(request.scope)
-        if route is None or not messages.fits(request):  # changed under a recovered claim
+        if route is None or not messages.fits(request.questions):  # changed under a recovered claim
             await self._give_back(request_id, "no route for it any more")
             return
         if not await self.store.lease_post(request_id):

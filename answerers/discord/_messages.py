@@ -77,16 +77,17 @@ LEVELS = (
 )
 
 
-def fits(request: AskRequest) -> bool:
-    """Whether Discord's components can carry the request (see the module's text)."""
-    with_options = sum(1 for q in request.questions if q.options)
-    return len(request.questions) <= MODAL_INPUTS_MAX and with_options <= ROWS_MAX - 1
+def fits(questions: list[Question]) -> bool:
+    """Whether Discord's components can carry the questions (see the module's text)."""
+    with_options = sum(1 for q in questions if q.options)
+    return len(questions) <= MODAL_INPUTS_MAX and with_options <= ROWS_MAX - 1
 
 
-def why_not(request: AskRequest) -> str:
+def why_not(questions: list[Question]) -> str:
+    with_options = sum(1 for q in questions if q.options)
     return (
-        f"{len(request.questions)} questions, more than one Discord message can ask"
-        " (at most 5, at most 4 with options)"
+        f"{len(questions)} questions ({with_options} with options), more than one Discord"
+        " message can ask (at most 5, at most 4 with options)"
     )
 
 

@@ -36,8 +36,16 @@ DEFAULT_RETRY_AFTER = 1.0
 TRANSIENT_STATUS = frozenset({408, 425})
 USER_AGENT = "DiscordBot (https://github.com/askq/askq, 0.1) askq"
 # A route's rate-limit key: the method and path, its ids other than a channel's (the
-# top-level resource Discord counts apart) replaced.
+# top-level resource Discord counts apart) replaced, and an interaction's token (each
+# its own webhook, good for 15 minutes: a key per token would only grow).
 _IDS = re.compile(r"(?<!/channels)/[0-9]{15,21}")
+_TOKEN = re.compile(r"^(POST /webhooks/:id)/.*$")
+MAX_REMEMBERED = 1000  # buckets and resets kept; the past ones are dropped beyond it
+
+
+def route_key(method: str, path: str) -> str:
+    """The rate-limit memory's key of a call (until Discord names its bucket)."""
+    return _TOKEN.sub(r"\1/:token", f"{method} {_IDS.sub('/:id', path)}")
 
 
 class DiscordRefused(Exception):  # noqa: N818 - Discord's answer, not our failure
@@ -87,6 +95,8 @@ class RateLimits:
             self._bucket_of[route] = bucket
         key = bucket or route
         now = time.monotonic()
+        if len(self._until) > MAX_REMEMBERED:  # resets long past tell nothing
+            self._until = {k: t for k, t in self._until.items() if t > now}
         if response.status_code != 429:
             if headers.get("X-RateLimit-Remaining") == "0":
                 reset = _seconds(headers.get("X-RateLimit-Reset-After"))
@@ -129,7 +139,7 @@ class DiscordRest:
 
     async def call(self, what: str, method: str, path: str, body: Any = None) -> Any:
         """The call's JSON answer; RetryLater, DiscordRefused, or an httpx error."""
-        route = f"{method} {_IDS.sub('/:id', path)}"
+        route = route_key(method, path)
         wait = self.limits.wait(route)
         if wait > 0:
             raise RetryLater(wait, f"Discord's rate limit ({what})")

@@ -27,7 +27,7 @@ from . import _ids as ids
 from . import _messages as messages
 from ._messages import Outcome, answered_words
 from ._rest import DiscordRest
-from ._routes import Routes
+from ._routes import SNOWFLAKE, Routes
 from ._state import DiscordStore
 from ._text import cut, escape
 
@@ -66,11 +66,13 @@ def clicker(interaction: dict[str, Any]) -> tuple[str | None, str | None, list[s
     roles = member.get("roles") if isinstance(member, dict) else None
     if not isinstance(user, dict) or not isinstance(user.get("id"), str):
         return None, None, []
+    if not SNOWFLAKE.match(user["id"]):  # it becomes part of a draft's key
+        return None, None, []
     name = user.get("global_name") or user.get("username")
     return (
         user["id"],
         name if isinstance(name, str) else None,
-        [r for r in roles or () if isinstance(r, str)],
+        [r for r in roles or () if isinstance(r, str)] if isinstance(roles, list) else [],
     )
 
 

@@ -51,6 +51,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 ENTRY_POINTS = [
     "auto=askq.answerers.auto:AutoAnswerer",
     "console=askq.answerers.console:ConsoleAnswerer",
+    "discord=askq.answerers.discord:DiscordAnswerer",
     "email=askq.answerers.email:EmailAnswerer",
     "slack=askq.answerers.slack:SlackAnswerer",
     "teams=askq.answerers.teams:TeamsAnswerer",

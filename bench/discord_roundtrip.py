@@ -1,0 +1,136 @@
+"""The Discord channel's round trip, against the stand-in of Discord
+(tests/discord_standin.py: the REST API, and interactions signed with an Ed25519 key
+made for the run) and a real redis-server.
+
+    python -m bench.discord_roundtrip            # 200 questions
+    python -m bench.discord_roundtrip --quick    # 20
+
+One `askq worker discord` process (its interactions endpoint on a loopback port). For
+each question, one after the other: the ask; the message posted to the stand-in
+(`POST /channels/{id}/messages`); the stand-in at once POSTs the click (a
+MESSAGE_COMPONENT interaction, signed) to the worker's endpoint; the agent resumes with
+the answer; the message is edited in place (`PATCH`, through the send queue). Rows:
+ask → message at Discord, message → agent resumes (the signature check, the answer, the
+deferred-update response), click → message edited, and the whole; median and p99.
+Needs the dev extra (the stand-in is the tests').
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+import redis.asyncio as aioredis
+
+from askq import Caller, Seam, Settings
+from askq._demo import SEED_QUESTION
+
+from . import _procs
+from ._common import ROOT, Latency, new_prefix, wipe
+from ._redis_server import RedisServer, free_port
+
+sys.path.insert(0, str(ROOT / "tests"))
+
+from discord_standin import (  # noqa: E402 - the tests' stand-in, found through sys.path
+    ALICE,
+    APP,
+    CHANNEL,
+    Call,
+    DiscordStandIn,
+    Posted,
+    click,
+)
+
+
+async def run(url: str, n: int) -> None:
+    prefix = new_prefix("discord")
+    standin = DiscordStandIn()
+    await standin.start()
+    port = free_port()
+    environ = _procs.env(
+        url,
+        prefix,
+        discord_application_id=APP.id,
+        discord_public_key=APP.public_key,
+        discord_bot_token=APP.token,
+        discord_routes=json.dumps({"*": CHANNEL}),
+        discord_allowlist=ALICE.id,
+        discord_api_url=standin.api_url,
+        discord_http_port=port,
+    )
+    worker = _procs.Child("discord", [*_procs.ASKQ, "worker", "discord"], environ)
+    await asyncio.to_thread(worker.wait_ready)
+    at: dict[str, float] = {}
+    edited = asyncio.Event()
+    clicks: set[asyncio.Task[object]] = set()
+
+    def on_post(call: Call) -> None:  # Discord shows the message; Alice clicks at once
+        at["posted"] = time.perf_counter()
+        assert call.message_id is not None
+        posted = Posted(call.channel, call.message_id, call.body)
+        task = asyncio.create_task(standin.send(port, click(posted, ALICE, posted.button("Yes"))))
+        clicks.add(task)
+        task.add_done_callback(clicks.discard)
+
+    def on_edit(call: Call) -> None:
+        at["edited"] = time.perf_counter()
+        edited.set()
+
+    standin.on_post = on_post
+    standin.on_edit = on_edit
+    to_message: list[float] = []
+    to_answer: list[float] = []
+    to_edit: list[float] = []
+    whole: list[float] = []
+    try:
+        async with Seam(settings=Settings(redis_url=url, prefix=prefix)) as seam:
+            for i in range(-min(10, n), n):  # the first ten warm up
+                edited.clear()
+                start = time.perf_counter()
+                await seam.ask(SEED_QUESTION, Caller(agent_id="bench", turn_id=f"t{i}"))
+                end = time.perf_counter()
+                await asyncio.wait_for(edited.wait(), 30)
+                if i >= 0:
+                    to_message.append(at["posted"] - start)
+                    to_answer.append(end - at["posted"])
+                    to_edit.append(at["edited"] - at["posted"])
+                    whole.append(end - start)
+    finally:
+        await asyncio.to_thread(worker.stop)
+        await standin.stop()
+        client = aioredis.Redis.from_url(url)
+        await wipe(client, prefix)  # a run on a shared Redis leaves nothing behind
+        await client.aclose()
+    rows = [
+        ("ask → message posted to Discord", Latency.of(to_message)),
+        ("message → click answered, agent resumes", Latency.of(to_answer)),
+        ("message → edited in place", Latency.of(to_edit)),
+        ("Discord round trip (ask → answer)", Latency.of(whole)),
+    ]
+    print(f"{'path':<42} {'median / p99':>22}   ({n} sequential questions)")
+    for name, latency in rows:
+        print(f"{name:<42} {latency!s:>22}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=200)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--redis-url", default=None)
+    args = parser.parse_args()
+    n = 20 if args.quick else args.n
+    try:
+        if args.redis_url:
+            asyncio.run(run(args.redis_url, n))
+        else:
+            with RedisServer() as server:
+                asyncio.run(run(server.url, n))
+    finally:
+        _procs.stop_all()
+
+
+if __name__ == "__main__":
+    main()

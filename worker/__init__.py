@@ -1,5 +1,6 @@
 """askq: the queue core. The public API is re-exported here."""
 
+from ._actions import ToolAction
 from ._answerer import FINAL_REFUSALS, Answerer, AnswererOptions, GroupHandle, RetryLater
 from ._attribution import answered_by
 from ._errors import AskError, ErrorCode
@@ -39,6 +40,7 @@ from ._text import quoted, visible
 from ._tool import TOOL_NAME, AskUserQuestionTool, ToolResult, input_schema, input_schema_json
 from ._trends import FleetTrends, GroupTimes, MinuteCounts, TierShare
 from ._types import AbortSignal, OnTimeout
+from .approvals import ApprovalRejected, Decision, approve, require_approval
 
 __all__ = [
     "FINAL_REFUSALS",
@@ -96,4 +98,9 @@ __all__ = [
     "GroupTimes",
     "MinuteCounts",
     "TierShare",
+    "ApprovalRejected",
+    "Decision",
+    "ToolAction",
+    "approve",
+    "require_approval",
 ]

@@ -287,15 +287,11 @@ class _Signature:
         self.name = getattr(func, "__qualname__", repr(func))
         self.signature = inspect.signature(func)
         self.exclude = frozenset(exclude)
-        try:
-            hints = typing.get_type_hints(func, include_extras=True)
-        except Exception as exc:  # noqa: BLE001 - an annotation that cannot be resolved
-            raise self._config(f"its annotations cannot be resolved ({exc})") from None
         fields: dict[str, Any] = {}
         for name, param in self.signature.parameters.items():
             if name in self.exclude:
                 continue
-            hint = hints.get(name, Any)
+            hint = self._hint(func, name, param.annotation)
             if param.kind is param.VAR_POSITIONAL:
                 fields[name] = NotRequired[list[hint]]  # type: ignore[valid-type]
             elif param.kind is param.VAR_KEYWORD:
@@ -315,6 +311,22 @@ class _Signature:
             raise self._config(
                 f"pydantic cannot describe its parameters ({type(exc).__name__}); leave out"
                 " what a person need not see with exclude=[...]"
+            ) from None
+
+    def _hint(self, func: Callable[..., Any], name: str, annotation: Any) -> Any:
+        """A parameter's type; a string one (`from __future__ import annotations`)
+        resolved as `typing.get_type_hints` would, one parameter at a time, so an
+        excluded parameter's type need not be resolvable here."""
+        if annotation is inspect.Parameter.empty:
+            return Any
+        if not isinstance(annotation, str):
+            return annotation
+        try:
+            return eval(annotation, getattr(func, "__globals__", {}))  # noqa: S307 - as typing does
+        except Exception as exc:  # noqa: BLE001 - a name the module does not define
+            raise self._config(
+                f"the type of {name!r} cannot be resolved ({exc}); leave it out with"
+                " exclude=[...] if a person need not see it"
             ) from None
 
     def _config(self, why: str) -> AskError:

@@ -508,7 +508,7 @@ def _approval(action: ToolAction) -> str:
     (the question's own text, written for every channel, may cut them short)."""
     lines = [f"Run {action.tool}?"]
     if action.reason:
-        lines.append(f"Reason: {action.reason}")
+        lines.append(f"Reason: {visible(action.reason)}")  # one line: it forges none
     lines += ["Arguments:", json.dumps(action.arguments, indent=2, ensure_ascii=False)]
     lines.append(f"({OTHER} a reason to reject, or the edited arguments as one JSON object)")
     return "\n".join(lines)

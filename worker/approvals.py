@@ -165,9 +165,11 @@ def describe(action: ToolAction, agent_id: str, limit: int | None = None) -> str
     """The action as a person reads it: who wants to run what, why, the arguments as
     a JSON block, and how to answer. Within `limit` characters, the arguments cut
     short (saying so) when the whole would not fit."""
-    head = f"{agent_id} wants to run {action.tool}."
+    # On one line each, so neither can forge a line of its own ("Arguments:" and a
+    # harmless block above the real one): agent text is data.
+    head = f"{_one_line(agent_id)} wants to run {action.tool}."
     if action.reason:
-        head += f"\nReason: {action.reason}"
+        head += f"\nReason: {_one_line(action.reason)}"
     body = json.dumps(action.arguments, indent=2, ensure_ascii=False)
     text = f"{head}\n\nArguments:\n{body}\n\n{HOW_TO_ANSWER}"
     if limit is None or len(text) <= limit:
@@ -178,6 +180,10 @@ def describe(action: ToolAction, agent_id: str, limit: int | None = None) -> str
     )
     room = max(limit - len(text) + len(body) - len(note), 0)
     return f"{head}\n\nArguments:\n{body[:room]}{note}\n\n{HOW_TO_ANSWER}"[:limit]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def approval_question(action: ToolAction, caller: Caller) -> Question:

@@ -14,7 +14,16 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+)
 from pydantic.json_schema import SkipJsonSchema
 
 from ._actions import ToolAction, edited_arguments
@@ -76,9 +85,15 @@ class Question(_Strict):
     # An approval's action (askq.approvals): set by `askq.approve`, never by the model
     # (not in the tool's schema; `parse_input` refuses it), and left out of a dump when
     # unset, so a question without one is the same JSON as before it existed.
-    action: SkipJsonSchema[ToolAction | None] = Field(
-        default=None, exclude_if=lambda value: value is None
-    )
+    action: SkipJsonSchema[ToolAction | None] = None
+
+    @model_serializer(mode="wrap")
+    def _unset_action_left_out(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Not `Field(exclude_if=...)`: that needs pydantic 2.12, askq takes 2.6.
+        data = handler(self)
+        if self.action is None and isinstance(data, dict):
+            data.pop("action", None)
+        return data
 
     @property
     def labels(self) -> list[str]:

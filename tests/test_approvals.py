@@ -96,9 +96,10 @@ def test_the_model_never_sees_or_sets_an_action() -> None:
     assert "action" not in input_schema_json()
     plain = Question(id="q", header="h", question="?")
     assert "action" not in plain.model_dump(by_alias=True)  # the same JSON as before
-    assert "action" not in plain.model_dump_json() and "action" in approval_question(
-        DROP, CALLER
-    ).model_dump_json()
+    assert (
+        "action" not in plain.model_dump_json()
+        and "action" in approval_question(DROP, CALLER).model_dump_json()
+    )
     question = approval_question(DROP, CALLER).model_dump(by_alias=True)
     message = invalid(parse_input, {"questions": [question]})
     assert "questions[0].action: not an input of ask_user_question" in message

@@ -54,6 +54,38 @@ A free-text question (no options) can only be answered by `custom`; `recommended
 
 The answer is attributed `by="auto:rule[N]"` or `by="auto:policy=..."` (several sources,
 comma-separated, when the questions of one request were answered by different rules).
+
+Approvals (`askq.approve`, `@askq.require_approval`)
+----------------------------------------------------
+An approval is answered only by a rule that names its tool; the rules above (without
+`tool`) and the `policy` never answer one, so nothing is approved by a catch-all::
+
+    [[rule]]
+    tool = "read_*"                  # shell-style pattern on the whole tool name
+    action = "label"
+    label = "Approve"
+
+    [[rule]]
+    tool = "deploy"
+    arguments = { env = "staging", region = "eu-*" }   # every key must match
+    scope = { tenant = "acme-*" }
+    action = "label"
+    label = "Approve"
+
+    [[rule]]
+    tool = "drop_*"
+    action = "custom"
+    custom = "Dropping tables needs a DBA: ask in #dba"  # reject, with this reason
+
+`arguments` matches top-level arguments: a string argument as it is, any other value
+as its compact JSON (`5`, `true`, `["a","b"]`); a missing argument does not match.
+Patterns match the whole text, as strings, not paths: `"/tmp/*"` also matches
+`/tmp/../etc/passwd`, so write them as narrow as the action allows. An approval rule
+takes `action = "label"` with `Approve` or `Reject`, `custom` (free text: a reason to
+reject, or edited arguments as one JSON object), or `decline`; it cannot have `header`
+or `question` (the question's text is the agent's own words: a rule must not approve
+because of what the agent wrote). An approval no rule names is declined, to the next
+tier.
 """
 
 from __future__ import annotations
@@ -103,6 +135,8 @@ class Rule(BaseModel):
     header: str | None = None
     question: str | None = None
     scope: dict[str, str] | None = None
+    tool: str | None = Field(default=None, min_length=1)
+    arguments: dict[str, str] | None = None
     action: Action
     label: str | None = Field(default=None, min_length=1)
     labels: list[str] | None = Field(default=None, min_length=1)
@@ -134,8 +168,16 @@ class CompiledRule:
     action: Action
     labels: tuple[str, ...]
     custom: str | None
+    tool: str | None = None  # an approval rule: matches approvals of this tool only
+    arguments: tuple[tuple[str, str], ...] = ()
 
     def matches(self, question: Question, scope: dict[str, str]) -> bool:
+        if (question.action is None) != (self.tool is None):
+            return False  # approvals only by approval rules, questions only by the others
+        if question.action is not None and self.tool is not None:
+            return question.action.matches(self.tool, dict(self.arguments)) and scope_matches(
+                self.scope, scope
+            )
         return (
             (self.header is None or self.header.fullmatch(question.header) is not None)
             and (self.question is None or self.question.search(question.question) is not None)
@@ -221,6 +263,7 @@ def load_rules(path: Path) -> list[CompiledRule]:
             problems.append(f'{where}.custom: only used with action = "custom"')
         if r.labels is not None and len(set(r.labels)) != len(r.labels):
             problems.append(f"{where}.labels: a label is listed twice")
+        problems += _approval_problems(r, where)
         compiled.append(
             CompiledRule(
                 index=i,
@@ -230,11 +273,38 @@ def load_rules(path: Path) -> list[CompiledRule]:
                 action=r.action,
                 labels=(r.label,) if r.label is not None else tuple(r.labels or ()),
                 custom=r.custom,
+                tool=r.tool,
+                arguments=tuple((r.arguments or {}).items()),
             )
         )
     if problems:
         raise AskError(ErrorCode.CONFIG_ERROR, f"{path}: " + "; ".join(problems))
     return compiled
+
+
+APPROVAL_LABELS = ("Approve", "Reject")
+
+
+def _approval_problems(r: Rule, where: str) -> list[str]:
+    """An approval rule's own checks (see the module docstring)."""
+    if r.tool is None:
+        return [f"{where}.arguments: needs `tool` (it matches approvals)"] if r.arguments else []
+    problems = []
+    for name in ("header", "question"):
+        if getattr(r, name) is not None:
+            problems.append(
+                f"{where}.{name}: an approval rule matches `tool` and `arguments`, not the"
+                " agent's own words"
+            )
+    if r.action in ("recommended", "first"):
+        problems.append(
+            f'{where}.action: an approval rule takes "label" (Approve or Reject), "custom"'
+            ' or "decline"'
+        )
+    for label in (r.label,) if r.label is not None else tuple(r.labels or ()):
+        if label not in APPROVAL_LABELS:
+            problems.append(f"{where}.label: an approval is answered Approve or Reject")
+    return problems
 
 
 def _pick_labels(question: Question, wanted: tuple[str, ...]) -> list[str] | None:
@@ -276,6 +346,8 @@ class AutoAnswerer(Answerer[AutoOptions]):
     def _answer_one(self, question: Question, scope: dict[str, str]) -> tuple[Answer | None, str]:
         """One question's answer (None: decline) and its source."""
         rule = next((r for r in self.rules if r.matches(question, scope)), None)
+        if rule is None and question.action is not None:
+            return None, "no rule names its tool"  # the policy never approves
         action: Action = rule.action if rule is not None else self.policy
         source = f"rule[{rule.index}]" if rule is not None else f"policy={self.policy}"
         if action == "decline":

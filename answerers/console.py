@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import json
 import logging
 import os
 import re
@@ -46,6 +47,7 @@ from askq import (
     Offer,
     Question,
     Retraction,
+    ToolAction,
     answered_by,
     visible,
 )
@@ -355,7 +357,10 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
         selected = [question.options[i - 1].label for i in sorted(set(picks)) if i != other]
         if other not in picks:
             return {"selected": selected}
-        custom = await self._text(f"{OTHER[:-1]}: your answer > ")
+        what = "your answer"
+        if question.action is not None:
+            what = "a reason to reject, or edited arguments as JSON"
+        custom = await self._text(f"{OTHER[:-1]}: {what} > ")
         # A single-select custom answer replaces the choice; a multi-select one adds to it.
         return {"selected": selected if question.multi_select else [], "custom": custom}
 
@@ -413,7 +418,8 @@ class ConsoleAnswerer(Answerer[ConsoleOptions]):
         widest = max(self.console.width // 3, 12)
         grid.add_column(min_width=QUESTION_INDENT - 1, max_width=widest, overflow="fold")
         grid.add_column(overflow="fold")
-        grid.add_row(chip, Text(visible(question.question, multiline=True), style="bold"))
+        text = question.question if question.action is None else _approval(question.action)
+        grid.add_row(chip, Text(visible(text, multiline=True), style="bold"))
         return grid
 
     def _say_retracted(self, offer: Offer, retraction: Retraction) -> None:
@@ -495,6 +501,17 @@ def _options(question: Question) -> Table:
         grid.add_row(Text(f"  {number}."), line)
     grid.add_row(Text(f"  {len(question.options) + 1}."), Text(OTHER, style="italic"))
     return grid
+
+
+def _approval(action: ToolAction) -> str:
+    """An approval as one block: the tool, the agent's reason and all of the arguments
+    (the question's own text, written for every channel, may cut them short)."""
+    lines = [f"Run {action.tool}?"]
+    if action.reason:
+        lines.append(f"Reason: {visible(action.reason)}")  # one line: it forges none
+    lines += ["Arguments:", json.dumps(action.arguments, indent=2, ensure_ascii=False)]
+    lines.append(f"({OTHER} a reason to reject, or the edited arguments as one JSON object)")
+    return "\n".join(lines)
 
 
 def _headers(offer: Offer) -> str:

@@ -26,7 +26,7 @@ import time
 import redis.asyncio as aioredis
 
 from askq import Caller, Seam, Settings
-from askq._demo import SEED_QUESTION
+from askq.cli._demo import SEED_QUESTION
 
 from . import _procs
 from ._common import ROOT, Latency, new_prefix, wipe

@@ -32,7 +32,7 @@ def blocks(text: str, language: str) -> list[str]:
 
 def test_every_python_example_compiles_and_imports_what_exists() -> None:
     examples = [code for title in SECTIONS for code in blocks(section(title), "python")]
-    assert len(examples) == 4
+    assert len(examples) == 5
     for code in examples:
         tree = ast.parse(code)
         compile(tree, "<docs/integrations.md>", "exec")

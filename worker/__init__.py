@@ -5,9 +5,11 @@ from .answering._links import LinkClaims, LinkError, SignedLinks
 from .answering._routes import RouteTable
 from .answering._runtime import AnswererRuntime
 from .answering._store import ChannelStore, FeedFollower
+from .approvals import ApprovalRejected, Decision, approve, require_approval
 from .observing._metrics import serve_metrics
 from .observing._recent import RecentSettlement
 from .observing._trends import FleetTrends, GroupTimes, MinuteCounts, TierShare
+from .protocol._actions import ToolAction
 from .protocol._attribution import answered_by
 from .protocol._errors import AskError, ErrorCode
 from .protocol._models import (
@@ -96,4 +98,9 @@ __all__ = [
     "GroupTimes",
     "MinuteCounts",
     "TierShare",
+    "ApprovalRejected",
+    "Decision",
+    "ToolAction",
+    "approve",
+    "require_approval",
 ]

@@ -10,6 +10,8 @@
                                        refuses writes (translated where Redis is called:
                                        connections.redis_errors; _full.py)
       CONFIG_ERROR                     bad settings, options, or a group's registration
+      REJECTED                         a human rejected an action (askq.approvals:
+                                       ApprovalRejected, from @require_approval)
       INTERNAL                         a bug, or a reply askq did not expect
 
 Lower-level errors (redis-py's, pydantic's) never reach the caller as they are: they are
@@ -38,6 +40,7 @@ class ErrorCode(StrEnum):
     NOT_FOUND = "NOT_FOUND"
     REDIS_UNAVAILABLE = "REDIS_UNAVAILABLE"
     CONFIG_ERROR = "CONFIG_ERROR"
+    REJECTED = "REJECTED"
     INTERNAL = "INTERNAL"
 
 
@@ -55,6 +58,7 @@ EXIT_STATUS: dict[ErrorCode, int] = {
     ErrorCode.NOT_FOUND: 10,
     ErrorCode.REDIS_UNAVAILABLE: 11,
     ErrorCode.CONFIG_ERROR: 12,
+    ErrorCode.REJECTED: 13,
 }
 
 

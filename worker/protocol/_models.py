@@ -14,8 +14,19 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+)
+from pydantic.json_schema import SkipJsonSchema
 
+from ._actions import ToolAction, edited_arguments
 from ._attribution import answered_by
 from ._checks import MAX_CALLER_ID, check_text
 from ._errors import AskError, ErrorCode
@@ -71,6 +82,18 @@ class Question(_Strict):
     multi_select: bool = Field(
         default=False, alias="multiSelect", description="Allow choosing several options."
     )
+    # An approval's action (askq.approvals): set by `askq.approve`, never by the model
+    # (not in the tool's schema; `parse_input` refuses it), and left out of a dump when
+    # unset, so a question without one is the same JSON as before it existed.
+    action: SkipJsonSchema[ToolAction | None] = None
+
+    @model_serializer(mode="wrap")
+    def _unset_action_left_out(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Not `Field(exclude_if=...)`: that needs pydantic 2.12, askq takes 2.6.
+        data = handler(self)
+        if self.action is None and isinstance(data, dict):
+            data.pop("action", None)
+        return data
 
     @property
     def labels(self) -> list[str]:
@@ -351,6 +374,10 @@ def parse_input(args: Any) -> AskInput:
     problems: list[str] = []
     seen_ids: set[str] = set()
     for qi, q in enumerate(parsed.questions):
+        if q.action is not None:
+            problems.append(
+                f"questions[{qi}].action: not an input of ask_user_question (askq.approve sets it)"
+            )
         if q.id in seen_ids:
             problems.append(f"questions[{qi}].id: duplicate id {quoted(q.id)}")
         seen_ids.add(q.id)
@@ -408,6 +435,8 @@ def parse_answers(questions: list[Question], raw: Any) -> Answers:
         if len(set(given.selected)) != len(given.selected):
             problems.append(f"{where}.selected: a label is selected twice")
         custom = given.custom.strip() if given.custom is not None else ""
+        if q.action is not None and edited_arguments(custom):
+            problems += q.action.edit_problems(custom)
         if not q.options:
             if not custom:
                 problems.append(f"{where}.custom: a free-text question needs custom text")

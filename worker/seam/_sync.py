@@ -12,8 +12,10 @@ import threading
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
+from ..protocol._actions import ToolAction
 from ..protocol._models import Answers, Caller
 from ..protocol._settings import Settings
+from ._approvals import Decision, approve
 from ._seam import Seam
 from ._tool import AskUserQuestionTool, ToolResult
 
@@ -75,6 +77,20 @@ class SyncSeam:
         tool = AskUserQuestionTool(self.seam, scope=scope)
         with self._bridge(signal) as event:
             return self._call(tool.execute(args, caller, event, **options))
+
+    def approve(
+        self,
+        action: ToolAction | Mapping[str, Any],
+        caller: Caller,
+        *,
+        signal: threading.Event | None = None,
+        **options: Any,
+    ) -> Decision:
+        """`askq.approve`, blocking. `options`: scope, timeout, on_timeout,
+        idempotency_key, tool_call_id, run_id (see `askq.approve`)."""
+        with self._bridge(signal) as event:
+            decided = approve(action, seam=self.seam, caller=caller, signal=event, **options)
+            return self._call(decided)
 
     def abort_turn(self, turn_id: str) -> int:
         return self._call(self.seam.abort_turn(turn_id))

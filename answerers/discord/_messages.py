@@ -152,13 +152,8 @@ class Outcome:
 
 
 def answered_words(by: str | None) -> str:
-    """`answered …` for a person; a Discord group's own `discord:<user id> (<name>)` as
-    "answered in Discord by <name>" (the core's `answered_by` knows only its own kinds)."""
-    kind, _, who = (by or "").partition(":")
-    if kind == "discord" and who:
-        _, _, named = who.partition(" (")
-        name = named[:-1] if named.endswith(")") else who
-        return f"answered in Discord by {name}"
+    """`answered …` for a person: a Discord group's own `discord:<user id> (<name>)`
+    reads "answered in Discord by <name>", as every channel's attribution does."""
     return answered_by(by)
 
 

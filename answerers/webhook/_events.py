@@ -98,21 +98,12 @@ class Outcome:
         if self.state == "ANSWERED":
             if not self.by:
                 return "Answered elsewhere"
-            return "A" + answered_words(self.by)[1:]
+            return "A" + answered_by(self.by)[1:]
         if self.state == "CANCELLED":
             return f"Cancelled ({self.why})" if self.why else "Cancelled"
         if self.state == "FAILED":
             return "No longer pending"
         return "Escalated to another answerer"
-
-
-def answered_words(by: str) -> str:
-    """`answered …`; this channel's own `webhook:<name>` as "answered through a webhook
-    by <name>" (the core's `answered_by` knows only its own kinds)."""
-    kind, _, who = by.partition(":")
-    if kind == "webhook" and who:
-        return f"answered through a webhook by {who}"
-    return answered_by(by)
 
 
 def webhook_by(name: str) -> str:

@@ -462,6 +462,3 @@ main.add_command(show)
 main.add_command(requests)
 main.add_command(audit)
 main.add_command(health)
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -1,5 +1,5 @@
-"""`python -m askq.cli`: the `askq` command, as when the CLI was one module."""
+"""`python -m askq.cli`, as `python -m askq` (the command group is the package's)."""
 
 from . import main
 
-main(prog_name="askq")
+main()

@@ -29,10 +29,10 @@ from askq import (
     parse_input,
     require_approval,
 )
+from askq.answerers.memory import MemoryAnswerer
 from askq.protocol._actions import MAX_ARGUMENTS, schema_problems
 from askq.protocol._models import MAX_QUESTION
-from askq.answerers.memory import MemoryAnswerer
-from askq.approvals import approval_question, describe
+from askq.seam._approvals import approval_question, describe
 
 CALLER = Caller(agent_id="agent-1", turn_id="turn-1")
 SCHEMA = {

@@ -17,7 +17,7 @@ from test_console import PROMPT, Desk, make_desk  # noqa: F401 - the console's d
 from askq import AskError, Caller, ErrorCode, Offer, Seam, ToolAction, approve
 from askq.answerers.auto import AutoAnswerer, AutoOptions
 from askq.answerers.memory import MemoryAnswerer
-from askq.approvals import approval_question
+from askq.seam._approvals import approval_question
 
 CALLER = Caller(agent_id="agent-1", turn_id="turn-1")
 RULES = """

@@ -18,7 +18,16 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from askq import Answer, Answerer, AnswererOptions, AskError, AskRequest, ErrorCode, Offer
+from askq import (
+    Answer,
+    Answerer,
+    AnswererOptions,
+    AskError,
+    AskRequest,
+    ErrorCode,
+    Offer,
+    Retraction,
+)
 
 OptionsT = TypeVar("OptionsT", bound=AnswererOptions)
 
@@ -90,6 +99,16 @@ class Outcome:
     name: str | None = None  # the channel's user who answered on its message: their name
     answers: tuple[Answer, ...] = ()
     why: str | None = None  # a cancellation: what happened (askq's words)
+
+    @classmethod
+    def retracted(cls: type[OutcomeT], retraction: Retraction) -> OutcomeT:
+        """What a retraction says became of it (answered elsewhere, withdrawn, ...)."""
+        return cls(
+            retraction.state,
+            code=retraction.code,
+            by=retraction.by,
+            why=retraction.why_cancelled,
+        )
 
     def to_json(self) -> str:
         data = {

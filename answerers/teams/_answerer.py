@@ -138,12 +138,7 @@ class TeamsAnswerer(ChatAnswerer[TeamsOptions]):
         return self.config.routes.match(offer.scope) is not None
 
     async def retract(self, retraction: Retraction) -> None:
-        outcome = Outcome(
-            retraction.state,
-            code=retraction.code,
-            by=retraction.by,
-            why=retraction.why_cancelled,
-        )
+        outcome = Outcome.retracted(retraction)
         await self.store.set_outcome(retraction.request_id, outcome, overwrite=False)
         await self.group.send("update_message", request_id=retraction.request_id, note=True)
 

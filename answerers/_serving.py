@@ -1,5 +1,6 @@
 """How the shipped channels' HTTP endpoints listen (the Slack interactivity endpoint,
-the email group's endpoint, the web inbox).
+the email group's endpoint, the web inbox; `Endpoint`: the Teams, Discord and webhook
+endpoints' shared start and stop).
 
 The socket is bound and listening before the server takes it, so a port in use is a
 CONFIG_ERROR naming the settings at start-up, not an error inside the server's task
@@ -11,14 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from askq import AskError, ErrorCode
 
 if TYPE_CHECKING:
     import uvicorn
+    from starlette.requests import Request
+    from starlette.responses import Response
     from starlette.types import ASGIApp
+
+HEALTH_PATH = "/healthz"
 
 
 def listening_socket(host: str, port: int, settings: str) -> socket.socket:
@@ -78,3 +84,50 @@ class AppServer:
                 await asyncio.wait_for(self._serving, timeout=5)
         self._server = None
         self._serving = None
+
+
+class Endpoint:
+    """A channel's HTTP endpoint: its POST route (`_on_post`) and `GET /healthz`, on
+    host:port from `start` to `stop`. Starlette is imported when it starts, as uvicorn."""
+
+    log: ClassVar[logging.Logger]  # the channel's own logger
+    path: ClassVar[str]  # the POST route
+    settings: ClassVar[str]  # where host and port came from: "ASKQ_X_HTTP_HOST/ASKQ_X_HTTP_PORT"
+    title: ClassVar[str]  # "Discord interactions endpoint": its log line and errors
+    logs_path: ClassVar[bool] = True  # whether the log line ends with the route
+
+    def __init__(self, host: str, port: int) -> None:
+        self._host = host
+        self._port = port
+        self._server: AppServer | None = None
+        self.port: int | None = None  # the bound port (useful with port 0)
+
+    async def start(self) -> None:
+        from starlette.applications import Starlette
+        from starlette.routing import Route
+
+        app = Starlette(
+            routes=[
+                Route(self.path, self._on_post, methods=["POST"]),
+                Route(HEALTH_PATH, self._on_health, methods=["GET"]),
+            ]
+        )
+        sock = listening_socket(self._host, self._port, self.settings)
+        self.port = int(sock.getsockname()[1])
+        self._server = AppServer(app, sock, f"the {self.title}")
+        await self._server.start()
+        path = self.path if self.logs_path else ""
+        self.log.info("%s on http://%s:%d%s", self.title, self._host, self.port, path)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
+
+    async def _on_post(self, request: Request) -> Response:
+        raise NotImplementedError
+
+    async def _on_health(self, request: Request) -> Response:
+        from starlette.responses import PlainTextResponse
+
+        return PlainTextResponse("ok")

@@ -16,22 +16,19 @@ the ask itself.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
-import redis.asyncio as aioredis
 from mcp import Client, StdioServerParameters
 
 from askq import Caller, Seam, Settings
 from askq.cli._demo import SEED_QUESTION
 
-from . import _procs
-from ._common import Latency, new_prefix, wipe
-from ._redis_server import RedisServer, free_port
+from . import _procs, _sequential
+from ._common import Latency, new_prefix
+from ._redis_server import free_port
 
 ERAS = {"2025-11-25": "legacy", "2026-07-28": "2026-07-28"}
 
@@ -91,31 +88,12 @@ async def run(url: str, n: int) -> None:
 
                 rows.append(("  tools/list (the SDK's floor)", await timed(n, listing)))
     _procs.stop_all()
-    client = aioredis.Redis.from_url(url)
-    try:
-        await wipe(client, prefix)  # a run on a shared Redis leaves nothing behind
-    finally:
-        await client.aclose()
-    print(f"{'path':<36} {'median / p99':>22}   ({n} sequential calls each)")
-    for name, latency in rows:
-        print(f"{name:<36} {latency!s:>22}")
+    await _sequential.wipe_prefix(url, prefix)
+    _sequential.report(rows, n, 36, "sequential calls each")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=300)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--redis-url", default=None)
-    args = parser.parse_args()
-    n = 30 if args.quick else args.n
-    try:
-        if args.redis_url:
-            asyncio.run(run(args.redis_url, n))
-        else:
-            with RedisServer() as server:
-                asyncio.run(run(server.url, n))
-    finally:
-        _procs.stop_all()
+    _sequential.main(__doc__, run, n=300, quick=30)
 
 
 if __name__ == "__main__":

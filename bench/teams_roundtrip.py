@@ -16,7 +16,6 @@ and p99. Needs the dev extra (the stand-in is the tests').
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -24,14 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import redis.asyncio as aioredis
-
-from askq import Caller, Seam, Settings
-from askq.cli._demo import SEED_QUESTION
-
-from . import _procs
-from ._common import ROOT, Latency, new_prefix, wipe
-from ._redis_server import RedisServer, free_port
+from . import _procs, _sequential
+from ._common import ROOT, Latency, new_prefix
+from ._redis_server import free_port
 
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -86,47 +80,29 @@ async def run(url: str, n: int) -> None:
         to_card: list[float] = []
         to_answer: list[float] = []
         whole: list[float] = []
+
+        async def after(i: int, start: float, end: float) -> None:
+            if i >= 0:
+                to_card.append(posted_at["t"] - start)
+                to_answer.append(end - posted_at["t"])
+                whole.append(end - start)
+
         try:
-            async with Seam(settings=Settings(redis_url=url, prefix=prefix)) as seam:
-                for i in range(-min(10, n), n):  # the first ten warm up
-                    start = time.perf_counter()
-                    await seam.ask(SEED_QUESTION, Caller(agent_id="bench", turn_id=f"t{i}"))
-                    end = time.perf_counter()
-                    if i >= 0:
-                        to_card.append(posted_at["t"] - start)
-                        to_answer.append(end - posted_at["t"])
-                        whole.append(end - start)
+            await _sequential.ask_each(url, prefix, n, after)
         finally:
             await asyncio.to_thread(worker.stop)
             await standin.stop()
-            client = aioredis.Redis.from_url(url)
-            await wipe(client, prefix)  # a run on a shared Redis leaves nothing behind
-            await client.aclose()
+            await _sequential.wipe_prefix(url, prefix)
     rows = [
         ("ask → card posted to Teams", Latency.of(to_card)),
         ("card → click answered, agent resumes", Latency.of(to_answer)),
         ("Teams round trip (ask → answer)", Latency.of(whole)),
     ]
-    print(f"{'path':<40} {'median / p99':>22}   ({n} sequential questions)")
-    for name, latency in rows:
-        print(f"{name:<40} {latency!s:>22}")
+    _sequential.report(rows, n, 40, "sequential questions")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=200)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--redis-url", default=None)
-    args = parser.parse_args()
-    n = 20 if args.quick else args.n
-    try:
-        if args.redis_url:
-            asyncio.run(run(args.redis_url, n))
-        else:
-            with RedisServer() as server:
-                asyncio.run(run(server.url, n))
-    finally:
-        _procs.stop_all()
+    _sequential.main(__doc__, run, n=200, quick=20)
 
 
 if __name__ == "__main__":

@@ -13,20 +13,16 @@ waterfall falls through.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
-from typing import Any
 
 from askq import (
-    Answerer,
     AnswererOptions,
-    AskError,
-    ErrorCode,
     GroupHandle,
     Offer,
     Retraction,
     RetryLater,
 )
 
+from .._chat import ChatAnswerer, shown
 from . import _messages as messages
 from ._config import DiscordConfig, DiscordSettings
 from ._endpoint import Endpoint
@@ -34,7 +30,7 @@ from ._interactions import InteractionHandler
 from ._messages import Outcome
 from ._rest import DiscordRefused, DiscordRest
 from ._routes import Route
-from ._state import DiscordStore, shown
+from ._state import DiscordStore
 from ._verify import Verifier
 
 log = logging.getLogger("askq.discord")
@@ -47,8 +43,10 @@ class DiscordOptions(AnswererOptions):
     (README, "Discord"), so every replica of a group is configured the same way."""
 
 
-class DiscordAnswerer(Answerer[DiscordOptions]):
+class DiscordAnswerer(ChatAnswerer[DiscordOptions]):
     kind = "discord"
+    log = log
+    who = "Discord"
     Options = DiscordOptions
     uses_sends = True  # posts and edits are retried sends, run by any replica
 
@@ -120,32 +118,10 @@ class DiscordAnswerer(Answerer[DiscordOptions]):
             return False
         return True
 
-    async def present(self, offer: Offer) -> None:
-        await self.group.send("post_question", request_id=offer.request_id)
-
     async def retract(self, retraction: Retraction) -> None:
-        outcome = Outcome(
-            retraction.state,
-            code=retraction.code,
-            by=retraction.by,
-            why=retraction.why_cancelled,
-        )
+        outcome = Outcome.retracted(retraction)
         await self.store.set_outcome(retraction.request_id, outcome, overwrite=False)
         await self.group.send("update_message", request_id=retraction.request_id, note=True)
-
-    async def remind(self, offer: Offer) -> None:
-        await self.group.send("post_reminder", request_id=offer.request_id)
-
-    async def send_failed(self, job: str, kwargs: dict[str, Any], error: BaseException) -> None:
-        if job == "post_question":
-            await self._give_back(kwargs["request_id"], f"could not post: {error}")
-
-    async def _give_back(self, request_id: str, why: str) -> None:
-        log.warning("Discord gives request %s back: %s", request_id, why)
-        try:
-            await self.group.release(request_id)
-        except AskError as exc:  # settled or moved on meanwhile: nothing to give back
-            log.info("release of %s: %s", request_id, exc.message)
 
     async def _channel(self, route: Route) -> str:
         """The channel of the route: its own, or the bot's DM with its user."""
@@ -201,17 +177,10 @@ class DiscordAnswerer(Answerer[DiscordOptions]):
         if not posted.posted or posted.outcome is None:
             return
         assert posted.channel and posted.message
-        outcome = posted.outcome
-        if outcome.state == "ANSWERED" and not outcome.answers:
-            settlement = await self.group.settlement(request_id)
-            if settlement is not None and settlement.answers:
-                outcome = replace(outcome, answers=tuple(settlement.answers))
-        try:
-            request = await self.group.request(request_id)
-        except AskError as exc:
-            if exc.code is ErrorCode.NOT_FOUND:
-                return  # expired: nothing left to show
-            raise
+        final = await self._final(request_id, posted.outcome)
+        if final is None:
+            return  # expired: nothing left to show
+        outcome, request = final
         # The click's update and the post's own (when the click beat the post's
         # bookkeeping) may both run; each edit counts against the channel's rate limit.
         marker = shown(request_id, outcome)

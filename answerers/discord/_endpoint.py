@@ -16,26 +16,28 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
 
-from .._serving import AppServer, listening_socket
+from .._serving import Endpoint as Serving
 from ._interactions import COMPONENT, MODAL_SUBMIT
 from ._verify import SIGNATURE, TIMESTAMP, Unsigned, Verifier
 
 log = logging.getLogger("askq.discord")
 
 INTERACTIONS_PATH = "/interactions"
-HEALTH_PATH = "/healthz"
 MAX_BODY = 1 << 20  # an interaction is a few KB
 PING, PONG = 1, 1
 
 OnInteraction = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-class Endpoint:
+class Endpoint(Serving):
+    log = log
+    path = INTERACTIONS_PATH
+    settings = "ASKQ_DISCORD_HTTP_HOST/ASKQ_DISCORD_HTTP_PORT"
+    title = "Discord interactions endpoint"
+
     def __init__(
         self,
         verifier: Verifier,
@@ -44,38 +46,10 @@ class Endpoint:
         host: str,
         port: int,
     ) -> None:
+        super().__init__(host, port)
         self._verifier = verifier
         self._application_id = application_id
         self._on_interaction = on_interaction
-        self._host = host
-        self._port = port
-        self._server: AppServer | None = None
-        self.port: int | None = None  # the bound port (useful with port 0)
-
-    async def start(self) -> None:
-        app = Starlette(
-            routes=[
-                Route(INTERACTIONS_PATH, self._on_post, methods=["POST"]),
-                Route(HEALTH_PATH, self._on_health, methods=["GET"]),
-            ]
-        )
-        sock = listening_socket(
-            self._host, self._port, "ASKQ_DISCORD_HTTP_HOST/ASKQ_DISCORD_HTTP_PORT"
-        )
-        self.port = int(sock.getsockname()[1])
-        self._server = AppServer(app, sock, "the Discord interactions endpoint")
-        await self._server.start()
-        log.info(
-            "Discord interactions endpoint on http://%s:%d%s",
-            self._host,
-            self.port,
-            INTERACTIONS_PATH,
-        )
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop()
-            self._server = None
 
     async def _on_post(self, request: Request) -> Response:
         body = await request.body()
@@ -114,6 +88,3 @@ class Endpoint:
                 },
             }
         )
-
-    async def _on_health(self, request: Request) -> Response:
-        return PlainTextResponse("ok")

@@ -22,13 +22,13 @@ most 2,000 characters: a message over it is built again with shorter texts
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from askq import MAX_CUSTOM, RECOMMENDED_SUFFIX, Answer, AskRequest, Question, answered_by
 
+from .. import _chat as chat
 from . import _ids as ids
 from ._text import NO_MENTIONS, cut, plain, shown
 
@@ -99,17 +99,9 @@ def at_once(questions: list[Question]) -> bool:
 # --- what became of a request ------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(chat.Outcome):
     """What became of a request, as the final message shows it (Slack's and Teams'
-    words)."""
-
-    state: str  # ANSWERED | CANCELLED | FAILED | OFFERED (escalated)
-    code: str | None = None
-    by: str | None = None
-    name: str | None = None  # the Discord user who answered on this message
-    answers: tuple[Answer, ...] = ()
-    why: str | None = None  # a cancellation: what happened (askq's words)
+    words); `name`: the Discord user who answered on this message."""
 
     def headline(self) -> str:
         """Markdown: askq's emphasis around escaped words of people and channels."""
@@ -126,29 +118,6 @@ class Outcome:
         if self.state == "FAILED":
             return "⌛ **No longer pending**"
         return "⤴️ **Escalated** to another answerer"
-
-    def to_json(self) -> str:
-        data = {
-            "state": self.state,
-            "code": self.code,
-            "by": self.by,
-            "name": self.name,
-            "answers": [a.model_dump(exclude_none=True) for a in self.answers],
-            "why": self.why,
-        }
-        return json.dumps(data, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> Outcome:
-        data = json.loads(text)
-        return cls(
-            state=data["state"],
-            code=data.get("code"),
-            by=data.get("by"),
-            name=data.get("name"),
-            answers=tuple(Answer.model_validate(a) for a in data.get("answers") or ()),
-            why=data.get("why"),
-        )
 
 
 def answered_words(by: str | None) -> str:

@@ -19,7 +19,6 @@ Every key expires `settled_ttl` after its last write, like the requests they bel
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from askq import ChannelStore
@@ -89,8 +88,3 @@ class DiscordStore:
 
     async def remember_dm(self, user: str, channel: str) -> None:
         await self.store.set_fields(DMS, {user: channel})
-
-
-def shown(request_id: str, outcome: Outcome) -> str:
-    """The `once` name of showing this outcome of the request."""
-    return f"shown:{request_id}:" + hashlib.sha256(outcome.to_json().encode()).hexdigest()[:16]

@@ -11,23 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
-from typing import Any
 
 import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from askq import (
-    Answerer,
     AnswererOptions,
-    AskError,
-    ErrorCode,
     GroupHandle,
     Offer,
     Retraction,
     RetryLater,
 )
 
+from .._chat import ChatAnswerer, shown
 from . import _blocks as blocks
 from ._api import SlackRefused, call, check_bot_token, web_client
 from ._clicks import ClickHandler
@@ -35,7 +31,7 @@ from ._config import SlackConfig, SlackSettings
 from ._http import HttpReceiver
 from ._interactions import Interaction
 from ._socket import SocketReceiver
-from ._state import SlackStore, shown
+from ._state import SlackStore
 
 log = logging.getLogger("askq.slack")
 
@@ -47,8 +43,10 @@ class SlackOptions(AnswererOptions):
     (README, "Slack"), so every replica of a group is configured the same way."""
 
 
-class SlackAnswerer(Answerer[SlackOptions]):
+class SlackAnswerer(ChatAnswerer[SlackOptions]):
     kind = "slack"
+    log = log
+    who = "Slack"
     Options = SlackOptions
     uses_sends = True  # posts and updates are retried sends, run by any replica
 
@@ -124,9 +122,6 @@ class SlackAnswerer(Answerer[SlackOptions]):
     async def decide(self, offer: Offer) -> bool:
         return self.config.routes.match(offer.scope) is not None
 
-    async def present(self, offer: Offer) -> None:
-        await self.group.send("post_question", request_id=offer.request_id)
-
     async def retract(self, retraction: Retraction) -> None:
         outcome = blocks.Outcome(
             retraction.state,
@@ -136,20 +131,6 @@ class SlackAnswerer(Answerer[SlackOptions]):
         )
         await self.store.set_outcome(retraction.request_id, outcome, overwrite=False)
         await self.group.send("update_message", request_id=retraction.request_id)
-
-    async def remind(self, offer: Offer) -> None:
-        await self.group.send("post_reminder", request_id=offer.request_id)
-
-    async def send_failed(self, job: str, kwargs: dict[str, Any], error: BaseException) -> None:
-        if job == "post_question":
-            await self._give_back(kwargs["request_id"], f"could not post: {error}")
-
-    async def _give_back(self, request_id: str, why: str) -> None:
-        log.warning("Slack gives request %s back: %s", request_id, why)
-        try:
-            await self.group.release(request_id)
-        except AskError as exc:  # settled or moved on meanwhile: nothing to give back
-            log.info("release of %s: %s", request_id, exc.message)
 
     # --- sends (retried; each safe to run twice) ---------------------------------------
 
@@ -205,17 +186,10 @@ class SlackAnswerer(Answerer[SlackOptions]):
         posted = await self.store.message(request_id)
         if posted.ts is None or posted.channel is None or posted.outcome is None:
             return
-        outcome = posted.outcome
-        if outcome.state == "ANSWERED" and not outcome.answers:
-            settlement = await self.group.settlement(request_id)
-            if settlement is not None and settlement.answers:
-                outcome = replace(outcome, answers=tuple(settlement.answers))
-        try:
-            request = await self.group.request(request_id)
-        except AskError as exc:
-            if exc.code is ErrorCode.NOT_FOUND:
-                return  # expired: nothing left to show
-            raise
+        final = await self._final(request_id, posted.outcome)
+        if final is None:
+            return  # expired: nothing left to show
+        outcome, request = final
         # The click's update and the post's own (when the click beat the post's
         # bookkeeping) may both run; Slack counts each chat.update against its limit.
         marker = shown(request_id, outcome)

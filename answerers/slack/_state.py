@@ -19,7 +19,6 @@ claim would then post it again).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 
@@ -109,8 +108,3 @@ class SlackStore:
 
     async def forget_picks(self, request_id: str, user: str) -> None:
         await self.store.delete(f"picks:{request_id}:{user}")
-
-
-def shown(request_id: str, outcome: Outcome) -> str:
-    """The `once` name of showing this outcome of the request."""
-    return f"shown:{request_id}:" + hashlib.sha256(outcome.to_json().encode()).hexdigest()[:16]

@@ -12,22 +12,19 @@ so the waterfall falls through.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Any
 
 import httpx
 
 from askq import (
-    Answerer,
     AnswererOptions,
-    AskError,
-    ErrorCode,
     GroupHandle,
     Offer,
     Retraction,
     RetryLater,
 )
 
+from .._chat import ChatAnswerer, shown
 from . import _cards as cards
 from . import _installs as installs
 from ._actions import ActionHandler
@@ -37,7 +34,7 @@ from ._config import TeamsConfig, TeamsSettings
 from ._connector import Connector, TeamsRefused, message
 from ._endpoint import Endpoint
 from ._routes import Route
-from ._state import Reference, TeamsStore, shown
+from ._state import Reference, TeamsStore
 from ._token import BotToken
 
 log = logging.getLogger("askq.teams")
@@ -51,8 +48,10 @@ class TeamsOptions(AnswererOptions):
     (README, "Microsoft Teams"), so every replica of a group is configured the same way."""
 
 
-class TeamsAnswerer(Answerer[TeamsOptions]):
+class TeamsAnswerer(ChatAnswerer[TeamsOptions]):
     kind = "teams"
+    log = log
+    who = "Teams"
     Options = TeamsOptions
     uses_sends = True  # posts and updates are retried sends, run by any replica
 
@@ -138,32 +137,10 @@ class TeamsAnswerer(Answerer[TeamsOptions]):
     async def decide(self, offer: Offer) -> bool:
         return self.config.routes.match(offer.scope) is not None
 
-    async def present(self, offer: Offer) -> None:
-        await self.group.send("post_question", request_id=offer.request_id)
-
     async def retract(self, retraction: Retraction) -> None:
-        outcome = Outcome(
-            retraction.state,
-            code=retraction.code,
-            by=retraction.by,
-            why=retraction.why_cancelled,
-        )
+        outcome = Outcome.retracted(retraction)
         await self.store.set_outcome(retraction.request_id, outcome, overwrite=False)
         await self.group.send("update_message", request_id=retraction.request_id, note=True)
-
-    async def remind(self, offer: Offer) -> None:
-        await self.group.send("post_reminder", request_id=offer.request_id)
-
-    async def send_failed(self, job: str, kwargs: dict[str, Any], error: BaseException) -> None:
-        if job == "post_question":
-            await self._give_back(kwargs["request_id"], f"could not post: {error}")
-
-    async def _give_back(self, request_id: str, why: str) -> None:
-        log.warning("Teams gives request %s back: %s", request_id, why)
-        try:
-            await self.group.release(request_id)
-        except AskError as exc:  # settled or moved on meanwhile: nothing to give back
-            log.info("release of %s: %s", request_id, exc.message)
 
     # --- where a route's card goes -----------------------------------------------------
 
@@ -237,17 +214,10 @@ class TeamsAnswerer(Answerer[TeamsOptions]):
         if not posted.posted or posted.outcome is None:
             return
         assert posted.conversation and posted.activity and posted.service_url
-        outcome = posted.outcome
-        if outcome.state == "ANSWERED" and not outcome.answers:
-            settlement = await self.group.settlement(request_id)
-            if settlement is not None and settlement.answers:
-                outcome = replace(outcome, answers=tuple(settlement.answers))
-        try:
-            request = await self.group.request(request_id)
-        except AskError as exc:
-            if exc.code is ErrorCode.NOT_FOUND:
-                return  # expired: nothing left to show
-            raise
+        final = await self._final(request_id, posted.outcome)
+        if final is None:
+            return  # expired: nothing left to show
+        outcome, request = final
         # The click's update and the post's own (when the click beat the post's
         # bookkeeping) may both run; each edit counts against Teams' rate limit.
         marker = shown(request_id, outcome)

@@ -41,6 +41,7 @@ from microsoft_teams.cards import (
 
 from askq import MAX_CUSTOM, RECOMMENDED_SUFFIX, Answer, AskRequest, Question, answered_by
 
+from .. import _chat as chat
 from . import _ids as ids
 from ._plain import cut, line, paragraphs, run
 
@@ -103,16 +104,9 @@ def answers_at_once(questions: list[Question]) -> bool:
 # --- what became of a request ------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What became of a request, as the final card shows it."""
-
-    state: str  # ANSWERED | CANCELLED | FAILED | OFFERED (escalated)
-    code: str | None = None
-    by: str | None = None
-    name: str | None = None  # the Teams user who answered on this card: their name
-    answers: tuple[Answer, ...] = ()
-    why: str | None = None  # a cancellation: what happened (askq's words)
+class Outcome(chat.Outcome):
+    """What became of a request, as the final card shows it; `name`: the Teams user
+    who answered on this card, their name."""
 
     def headline(self) -> list[tuple[str, bool]]:
         """The headline as (text, bold) parts; the person's and channel's words as given."""
@@ -132,29 +126,6 @@ class Outcome:
 
     def headline_text(self) -> str:
         return "".join(text for text, _ in self.headline())
-
-    def to_json(self) -> str:
-        data = {
-            "state": self.state,
-            "code": self.code,
-            "by": self.by,
-            "name": self.name,
-            "answers": [a.model_dump(exclude_none=True) for a in self.answers],
-            "why": self.why,
-        }
-        return json.dumps(data, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> Outcome:
-        data = json.loads(text)
-        return cls(
-            state=data["state"],
-            code=data.get("code"),
-            by=data.get("by"),
-            name=data.get("name"),
-            answers=tuple(Answer.model_validate(a) for a in data.get("answers") or ()),
-            why=data.get("why"),
-        )
 
 
 def answered_words(by: str | None) -> str:

@@ -20,20 +20,17 @@ from typing import Any
 from microsoft_teams.api import ActivityTypeAdapter
 from microsoft_teams.api.activities.invoke.adaptive_card.action import AdaptiveCardInvokeActivity
 from pydantic import ValidationError
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
 
 from askq import visible
 
-from .._serving import AppServer, listening_socket
+from .._serving import Endpoint as Serving
 from ._auth import BotTokens, Unauthenticated
 
 log = logging.getLogger("askq.teams")
 
 MESSAGING_PATH = "/api/messages"
-HEALTH_PATH = "/healthz"
 MAX_BODY = 1 << 20  # an activity is a few KB; a card click with every input well under this
 RECORDED = frozenset({"installationUpdate", "conversationUpdate", "message"})
 
@@ -61,7 +58,12 @@ def _tenant(activity: dict[str, Any]) -> str | None:
     return tenant if isinstance(tenant, str) else None
 
 
-class Endpoint:
+class Endpoint(Serving):
+    log = log
+    path = MESSAGING_PATH
+    settings = "ASKQ_TEAMS_HTTP_HOST/ASKQ_TEAMS_HTTP_PORT"
+    title = "Teams messaging endpoint"
+
     def __init__(
         self,
         tokens: BotTokens,
@@ -71,34 +73,11 @@ class Endpoint:
         host: str,
         port: int,
     ) -> None:
+        super().__init__(host, port)
         self._tokens = tokens
         self._tenant_allowed = tenant_allowed
         self._on_action = on_action
         self._on_activity = on_activity
-        self._host = host
-        self._port = port
-        self._server: AppServer | None = None
-        self.port: int | None = None  # the bound port (useful with port 0)
-
-    async def start(self) -> None:
-        app = Starlette(
-            routes=[
-                Route(MESSAGING_PATH, self._on_post, methods=["POST"]),
-                Route(HEALTH_PATH, self._on_health, methods=["GET"]),
-            ]
-        )
-        sock = listening_socket(self._host, self._port, "ASKQ_TEAMS_HTTP_HOST/ASKQ_TEAMS_HTTP_PORT")
-        self.port = int(sock.getsockname()[1])
-        self._server = AppServer(app, sock, "the Teams messaging endpoint")
-        await self._server.start()
-        log.info(
-            "Teams messaging endpoint on http://%s:%d%s", self._host, self.port, MESSAGING_PATH
-        )
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop()
-            self._server = None
 
     async def _on_post(self, request: Request) -> Response:
         body = await request.body()
@@ -137,6 +116,3 @@ class Endpoint:
             except Exception:  # noqa: BLE001 - a record not kept is logged, not fatal
                 log.exception("recording a Teams %s failed", activity.type)
         return Response(status_code=200)
-
-    async def _on_health(self, request: Request) -> Response:
-        return PlainTextResponse("ok")

@@ -24,7 +24,6 @@ are down meanwhile.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -159,8 +158,3 @@ class TeamsStore:
 
     async def remember_upn(self, object_id: str, upn: str) -> None:
         await self.store.set_fields(f"who:{object_id.lower()}", {"upn": upn.lower()})
-
-
-def shown(request_id: str, outcome: Outcome) -> str:
-    """The `once` name of showing this outcome of the request."""
-    return f"shown:{request_id}:" + hashlib.sha256(outcome.to_json().encode()).hexdigest()[:16]

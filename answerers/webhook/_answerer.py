@@ -19,10 +19,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from askq import (
-    Answerer,
     AnswererOptions,
     AskError,
     ErrorCode,
@@ -32,6 +30,7 @@ from askq import (
     RetryLater,
 )
 
+from .._chat import ChatAnswerer
 from . import _events as events
 from ._answers import AnswerHandler
 from ._config import WebhookConfig, WebhookSettings
@@ -52,8 +51,10 @@ class WebhookOptions(AnswererOptions):
     the same way."""
 
 
-class WebhookAnswerer(Answerer[WebhookOptions]):
+class WebhookAnswerer(ChatAnswerer[WebhookOptions]):
     kind = "webhook"
+    log = log
+    post_failed = "could not deliver it"
     Options = WebhookOptions
     uses_sends = True  # every POST is a retried send, run by any replica
 
@@ -117,9 +118,6 @@ class WebhookAnswerer(Answerer[WebhookOptions]):
     async def decide(self, offer: Offer) -> bool:
         return self.config.routes.match(offer.scope) is not None
 
-    async def present(self, offer: Offer) -> None:
-        await self.group.send("post_question", request_id=offer.request_id)
-
     async def retract(self, retraction: Retraction) -> None:
         outcome = Outcome(
             str(retraction.state),
@@ -131,19 +129,8 @@ class WebhookAnswerer(Answerer[WebhookOptions]):
         await self.store.set_outcome(retraction.request_id, outcome, overwrite=False)
         await self.group.send("post_closed", request_id=retraction.request_id)
 
-    async def remind(self, offer: Offer) -> None:
-        await self.group.send("post_reminder", request_id=offer.request_id)
-
-    async def send_failed(self, job: str, kwargs: dict[str, Any], error: BaseException) -> None:
-        if job == "post_question":
-            await self._give_back(kwargs["request_id"], f"could not deliver it: {error}")
-
-    async def _give_back(self, request_id: str, why: str) -> None:
-        log.warning("webhook group %s gives request %s back: %s", self.group.name, request_id, why)
-        try:
-            await self.group.release(request_id)
-        except AskError as exc:  # settled or moved on meanwhile: nothing to give back
-            log.info("release of %s: %s", request_id, exc.message)
+    def _giver(self) -> str:
+        return f"webhook group {self.group.name}"
 
     async def _post(
         self, request_id: str, event: str, url: str, body_of: Callable[[float], str]

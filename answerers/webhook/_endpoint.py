@@ -29,17 +29,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.responses import JSONResponse, Response
 
-from .._serving import AppServer, listening_socket
+from .._serving import Endpoint as Serving
 
 log = logging.getLogger("askq.webhook")
 
 ANSWER_PATH = "/webhook/{group}/answers/{request_id}"
-HEALTH_PATH = "/healthz"
 MAX_BODY = 1 << 20  # eight questions' answers of 2,000 characters each are well under
 
 
@@ -63,33 +60,16 @@ def bearer(header: str | None) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
-class Endpoint:
+class Endpoint(Serving):
+    log = log
+    path = ANSWER_PATH
+    settings = "ASKQ_WEBHOOK_HTTP_HOST/ASKQ_WEBHOOK_HTTP_PORT"
+    title = "webhook callback"
+    logs_path = False  # the route is a pattern
+
     def __init__(self, on_answer: OnAnswer, host: str, port: int) -> None:
+        super().__init__(host, port)
         self._on_answer = on_answer
-        self._host = host
-        self._port = port
-        self._server: AppServer | None = None
-        self.port: int | None = None  # the bound port (useful with port 0)
-
-    async def start(self) -> None:
-        app = Starlette(
-            routes=[
-                Route(ANSWER_PATH, self._on_post, methods=["POST"]),
-                Route(HEALTH_PATH, self._on_health, methods=["GET"]),
-            ]
-        )
-        sock = listening_socket(
-            self._host, self._port, "ASKQ_WEBHOOK_HTTP_HOST/ASKQ_WEBHOOK_HTTP_PORT"
-        )
-        self.port = int(sock.getsockname()[1])
-        self._server = AppServer(app, sock, "the webhook callback")
-        await self._server.start()
-        log.info("webhook callback on http://%s:%d", self._host, self.port)
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop()
-            self._server = None
 
     async def _on_post(self, request: Request) -> Response:
         reply = await self._reply(request)
@@ -120,6 +100,3 @@ class Endpoint:
         except Exception:  # noqa: BLE001 - a bad answer must not stop the worker
             log.exception("the webhook answer to %r failed", request_id[:80])
             return refusal(503, "unavailable", "askq could not take the answer; try again")
-
-    async def _on_health(self, request: Request) -> Response:
-        return PlainTextResponse("ok")

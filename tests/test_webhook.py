@@ -271,14 +271,14 @@ async def test_answered_elsewhere_withdrawn_and_escalated_are_posted(
         assert status == 409 and body["message"].startswith("Answered in Slack by bob.")
 
         aborted = asyncio.create_task(seam.ask(SEED, Caller(agent_id="a", turn_id="t2")))
-        asked = await receiver.wait_for("question.asked", 2)
+        asked = await receiver.wait_for("question.asked", 2, distinct=True)
         await human.next_presented(timeout=10)
         await seam.abort_turn("t2")
         try:
             await asyncio.wait_for(aborted, 10)
         except Exception as exc:  # noqa: BLE001
             assert getattr(exc, "code", None) is ErrorCode.ABORTED
-        settled = await receiver.wait_for("question.settled", 2)
+        settled = await receiver.wait_for("question.settled", 2, distinct=True)
         assert settled.data["state"] == "cancelled"
         assert settled.data["reason"] == "turn_aborted"
         assert settled.data["text"] == "Cancelled (the turn was aborted)"
@@ -312,7 +312,7 @@ async def test_an_escalation_and_a_timeout_are_posted(
         await asyncio.wait_for(task, 10)
 
         late = asyncio.create_task(seam.ask(SEED, Caller(agent_id="a", turn_id="t3"), timeout=0.5))
-        await receiver.wait_for("question.asked", 2)
+        await receiver.wait_for("question.asked", 2, distinct=True)
         try:
             await asyncio.wait_for(late, 10)
         except Exception as exc:  # noqa: BLE001

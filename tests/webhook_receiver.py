@@ -118,11 +118,21 @@ class Receiver:
     def of(self, kind: str) -> list[Received]:
         return [r for r in self.received if r.type == kind]
 
-    async def wait_for(self, kind: str, n: int = 1, timeout: float = 15) -> Received:
-        """The n-th POST of `kind` that the receiver took (2xx)."""
+    async def wait_for(
+        self, kind: str, n: int = 1, timeout: float = 15, *, distinct: bool = False
+    ) -> Received:
+        """The n-th POST of `kind` that the receiver took (2xx). `distinct`: the n-th
+        message, a retry of one already taken (its webhook-id again: askq delivers at
+        least once, a POST slower than ASKQ_WEBHOOK_TIMEOUT is sent again) counted once,
+        as the Standard Webhooks spec tells a receiver to."""
         async with asyncio.timeout(timeout), self._changed:
             while True:
                 taken = [r for r in self.of(kind) if r.status < 300]
+                if distinct:
+                    firsts: dict[str, Received] = {}
+                    for r in taken:
+                        firsts.setdefault(r.id, r)
+                    taken = list(firsts.values())
                 if len(taken) >= n:
                     return taken[n - 1]
                 await self._changed.wait()

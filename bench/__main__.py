@@ -9,7 +9,7 @@ run (raw Redis, arq), because figures on a shared machine are noisy; read the ra
 
 from __future__ import annotations
 
-from . import _suite, abort, cleanup, fallthrough, pending, roundtrip, throughput
+from . import _suite, abort, channels, cleanup, fallthrough, pending, roundtrip, throughput
 from ._common import Section
 
 SECTIONS: _suite.Sections = {
@@ -19,6 +19,7 @@ SECTIONS: _suite.Sections = {
     "abort": abort.run,
     "fallthrough": fallthrough.run,
     "cleanup": cleanup.run,
+    "channels": channels.run,
 }
 
 

@@ -39,7 +39,9 @@ from discord_standin import (  # noqa: E402 - the tests' stand-in, found through
 )
 
 
-async def run(url: str, n: int) -> None:
+async def measure(url: str, n: int) -> list[tuple[str, Latency]]:
+    """Each leg's latency over n sequential questions (`python -m bench`'s channels
+    section reads them too)."""
     prefix = new_prefix("discord")
     standin = DiscordStandIn()
     await standin.start()
@@ -101,7 +103,11 @@ async def run(url: str, n: int) -> None:
         ("message → edited in place", Latency.of(to_edit)),
         ("Discord round trip (ask → answer)", Latency.of(whole)),
     ]
-    _sequential.report(rows, n, 42, "sequential questions")
+    return rows
+
+
+async def run(url: str, n: int) -> None:
+    _sequential.report(await measure(url, n), n, 42, "sequential questions")
 
 
 def main() -> None:

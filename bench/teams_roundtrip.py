@@ -42,7 +42,9 @@ from teams_standin import (  # noqa: E402 - the tests' stand-in, found through s
 )
 
 
-async def run(url: str, n: int) -> None:
+async def measure(url: str, n: int) -> list[tuple[str, Latency]]:
+    """Each leg's latency over n sequential questions (`python -m bench`'s channels
+    section reads them too)."""
     prefix = new_prefix("teams")
     with tempfile.TemporaryDirectory() as tmp:
         standin = TeamsStandIn(Path(tmp))
@@ -98,7 +100,11 @@ async def run(url: str, n: int) -> None:
         ("card → click answered, agent resumes", Latency.of(to_answer)),
         ("Teams round trip (ask → answer)", Latency.of(whole)),
     ]
-    _sequential.report(rows, n, 40, "sequential questions")
+    return rows
+
+
+async def run(url: str, n: int) -> None:
+    _sequential.report(await measure(url, n), n, 40, "sequential questions")
 
 
 def main() -> None:

@@ -33,7 +33,9 @@ from webhook_receiver import Received, Receiver, answer  # noqa: E402 - the test
 YES = [{"id": "cleanup", "selected": ["Yes, delete them (Recommended)"]}]
 
 
-async def run(url: str, n: int) -> None:
+async def measure(url: str, n: int) -> list[tuple[str, Latency]]:
+    """Each leg's latency over n sequential questions (`python -m bench`'s channels
+    section reads them too)."""
     prefix = new_prefix("webhook")
     receiver = Receiver()
     await receiver.start()
@@ -93,7 +95,11 @@ async def run(url: str, n: int) -> None:
         ("answer POSTed → agent resumes", Latency.of(to_resume)),
         ("webhook round trip (ask → answer)", Latency.of(whole)),
     ]
-    _sequential.report(rows, n, 40, "sequential questions")
+    return rows
+
+
+async def run(url: str, n: int) -> None:
+    _sequential.report(await measure(url, n), n, 40, "sequential questions")
 
 
 def main() -> None:

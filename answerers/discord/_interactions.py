@@ -21,11 +21,20 @@ import asyncio
 import logging
 from typing import Any
 
-from askq import FINAL_REFUSALS, AskError, AskRequest, ErrorCode, GroupHandle, Question, visible
+from askq import (
+    FINAL_REFUSALS,
+    AskError,
+    AskRequest,
+    ErrorCode,
+    GroupHandle,
+    Question,
+    answered_by,
+    visible,
+)
 
 from . import _ids as ids
 from . import _messages as messages
-from ._messages import Outcome, answered_words
+from ._messages import Outcome
 from ._rest import DiscordRest
 from ._routes import SNOWFLAKE, Routes
 from ._state import DiscordStore
@@ -137,7 +146,7 @@ def _draft_choices(draft: dict[str, str]) -> dict[int, list[int]]:
 
 def refusal_text(exc: AskError, settled_by: str | None, settled: bool) -> str:
     if settled and settled_by is not None:
-        return f"Already {escape(answered_words(settled_by))}. Nothing was recorded."
+        return f"Already {escape(answered_by(settled_by))}. Nothing was recorded."
     if exc.code is ErrorCode.ALREADY_SETTLED:
         return (
             "Already answered — this question is"
@@ -290,7 +299,7 @@ class InteractionHandler:
     async def _settled_notice(self, request: AskRequest) -> Response:
         settlement = await self.group.settlement(request.id)
         if settlement is not None and settlement.state == "ANSWERED" and settlement.by:
-            return say(f"Already {escape(answered_words(settlement.by))}. Nothing was recorded.")
+            return say(f"Already {escape(answered_by(settlement.by))}. Nothing was recorded.")
         if settlement is None:
             return say("This question was passed on to other people: nothing was recorded here.")
         return say("This question is no longer pending: nothing was recorded.")

@@ -110,7 +110,7 @@ class Outcome(chat.Outcome):
                 return f"✅ **Answered** by {shown(self.name, BY_MAX)}"
             if not self.by:
                 return "✅ **Answered elsewhere**"
-            how = answered_words(self.by).removeprefix("answered")  # " in Slack by al"
+            how = answered_by(self.by).removeprefix("answered")  # " in Slack by al"
             return f"✅ **Answered**{shown(how, BY_MAX)}"
         if self.state == "CANCELLED":
             why = f" \\({shown(self.why, BY_MAX)}\\)" if self.why else ""
@@ -118,12 +118,6 @@ class Outcome(chat.Outcome):
         if self.state == "FAILED":
             return "⌛ **No longer pending**"
         return "⤴️ **Escalated** to another answerer"
-
-
-def answered_words(by: str | None) -> str:
-    """`answered …` for a person: a Discord group's own `discord:<user id> (<name>)`
-    reads "answered in Discord by <name>", as every channel's attribution does."""
-    return answered_by(by)
 
 
 def discord_by(user_id: str, name: str | None) -> str:

@@ -16,7 +16,16 @@ from typing import Any
 
 from microsoft_teams.api.activities.invoke.adaptive_card.action import AdaptiveCardInvokeActivity
 
-from askq import FINAL_REFUSALS, AskError, AskRequest, ErrorCode, GroupHandle, Question, visible
+from askq import (
+    FINAL_REFUSALS,
+    AskError,
+    AskRequest,
+    ErrorCode,
+    GroupHandle,
+    Question,
+    answered_by,
+    visible,
+)
 
 from . import _cards as cards
 from . import _ids as ids
@@ -82,7 +91,7 @@ def build_answers(
 
 def _refusal_text(exc: AskError, settled_by: str | None, settled: bool) -> str:
     if settled and settled_by is not None:
-        return f"Already {cards.answered_words(settled_by)}. Nothing was recorded."
+        return f"Already {answered_by(settled_by)}. Nothing was recorded."
     if exc.code is ErrorCode.ALREADY_SETTLED:
         return (
             "Already answered — this question is"

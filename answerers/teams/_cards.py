@@ -115,7 +115,7 @@ class Outcome(chat.Outcome):
                 return [("✅ ", False), ("Answered", True), (" by " + self.name, False)]
             if not self.by:
                 return [("✅ ", False), ("Answered elsewhere", True)]
-            how = answered_words(self.by).removeprefix("answered")  # " in Slack by al"
+            how = answered_by(self.by).removeprefix("answered")  # " in Slack by al"
             return [("✅ ", False), ("Answered", True), (cut(how, BY_MAX), False)]
         if self.state == "CANCELLED":
             why = f" ({cut(self.why, BY_MAX)})" if self.why else ""
@@ -126,12 +126,6 @@ class Outcome(chat.Outcome):
 
     def headline_text(self) -> str:
         return "".join(text for text, _ in self.headline())
-
-
-def answered_words(by: str | None) -> str:
-    """`answered …` for a person: a Teams group's own `teams:<object id> (<name>)` reads
-    "answered in Teams by <name>", as every channel's attribution does (`answered_by`)."""
-    return answered_by(by)
 
 
 def teams_by(object_id: str, name: str | None) -> str:

@@ -3,7 +3,7 @@
 The sentinels (port 26379 when none is given) tell where the master of `service` is;
 askq connects to that master with the URL's credentials and database (the sentinels
 themselves are asked without credentials). Every askq connection rule holds as it does
-on a plain Redis (worker/_connections.py):
+on a plain Redis (askq.redis._connections):
 
 - one bounded command pool per process, which WAITS when every connection is busy:
   redis-py's `SentinelConnectionPool` raises "Too many connections" instead, so the

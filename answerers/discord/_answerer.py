@@ -153,6 +153,11 @@ class DiscordAnswerer(ChatAnswerer[DiscordOptions]):
             raise RetryLater(
                 await self.group.store.lease_left(request_id), "being posted elsewhere"
             )
+        if (await self.store.message(request_id)).posted:
+            # Posted by the run that held the lease between our look and our lease
+            # (it drops the lease as it records the post): nothing more to post.
+            await self.group.store.drop_lease(request_id)
+            return
         try:
             channel = await self._channel(route)
             message_id = await self.rest.post(

@@ -191,6 +191,11 @@ class TeamsAnswerer(ChatAnswerer[TeamsOptions]):
             raise RetryLater(
                 await self.group.store.lease_left(request_id), "being posted elsewhere"
             )
+        if (await self.store.card(request_id)).posted:
+            # Posted by the run that held the lease between our look and our lease
+            # (it drops the lease as it records the post): nothing more to post.
+            await self.group.store.drop_lease(request_id)
+            return
         try:
             service_url, conversation, threaded = await self._target(route)
             card = cards.question_card(request, self.group.name)

@@ -160,6 +160,11 @@ class WebhookAnswerer(ChatAnswerer[WebhookOptions]):
         if not await self.store.lease_post(request_id):
             # Another run is POSTing it; look again once its lease is over.
             raise RetryLater(await self.group.store.lease_left(request_id), "being sent elsewhere")
+        if (await self.store.record(request_id)).delivered:
+            # Delivered by the run that held the lease between our look and our lease
+            # (it drops the lease as it records the delivery): nothing more to send.
+            await self.group.store.drop_lease(request_id)
+            return
         try:
             group = self.group.name
             nonce = await self.store.nonce(
